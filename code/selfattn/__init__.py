@@ -1,0 +1,1 @@
+"""selfattn: self-attention, verified."""
