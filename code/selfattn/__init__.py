@@ -1,1 +1,39 @@
 """selfattn: self-attention, verified."""
+
+# --- similarity, softmax, attention, masks (core numerics) ---
+from selfattn.attention import (
+    attention_scores,
+    scaled_dot_product_attention,
+    simple_self_attention,
+)
+from selfattn.masks import (
+    causal_mask,
+    combine_masks,
+    key_padding_to_attention_mask,
+    padding_mask,
+    to_additive_mask,
+    to_blocked_mask,
+)
+from selfattn.similarity import cosine_similarity, dot_similarity, scaled_dot_similarity
+from selfattn.softmax import log_softmax, softmax
+
+__all__ = [
+    # attention
+    "attention_scores",
+    "scaled_dot_product_attention",
+    "simple_self_attention",
+    # masks
+    "causal_mask",
+    "combine_masks",
+    "key_padding_to_attention_mask",
+    "padding_mask",
+    "to_additive_mask",
+    "to_blocked_mask",
+    # similarity
+    "cosine_similarity",
+    "dot_similarity",
+    "scaled_dot_similarity",
+    # softmax
+    "log_softmax",
+    "softmax",
+]

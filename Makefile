@@ -1,0 +1,69 @@
+# Self-Attention, Verified — the whole set-up is `make html` and `make test`.
+#
+#   make html    create .venv if needed, install pinned deps + the package, execute and build the book
+#   make test    the same set-up, then the whole test suite (package, build, browser)
+#   make serve   live-reloading preview on http://127.0.0.1:8000
+#   make clean   remove the build (keeps .venv)
+#   make lint    ruff over code, tests and tooling
+
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+BUILD   ?= _build
+SPHINXOPTS ?= -n -W --keep-going -j 1
+# The stamp changes whenever the pins or the package metadata change, so `make`
+# re-installs exactly then.
+STAMP   := $(VENV)/.stamp-$(shell cat requirements-lock.txt pyproject.toml | cksum | cut -d' ' -f1)
+
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+export OMP_NUM_THREADS ?= 2
+
+.PHONY: html test test-fast serve clean lint venv browser-deps lock
+
+venv: $(STAMP)
+
+$(STAMP): requirements-lock.txt requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-lock.txt 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PY) -m pip check
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PY) -c "import torch, myst_nb; print('venv ready: torch', torch.__version__)"
+	@rm -f $(VENV)/.stamp-*
+	@touch $@
+
+html: $(STAMP)
+	$(VENV)/bin/sphinx-build $(SPHINXOPTS) -b html . $(BUILD)/html
+	@echo "Built: $(BUILD)/html/index.html"
+
+# Chromium for the browser tests comes from Debian. Under CI it is installed
+# when missing, never skipped.
+browser-deps:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || exit 1; \
+	  elif [ "$$CI" = true ]; then echo "chromium missing and not root" >&2; exit 1; \
+	  else echo "chromium not found: browser tests will be skipped (install Debian's chromium)"; fi; \
+	fi
+
+test: html browser-deps
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
+	$(VENV)/bin/pytest
+
+# Package tests only: no book build, no browser.
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -m "not build and not browser"
+
+serve: $(STAMP)
+	$(VENV)/bin/sphinx-autobuild $(SPHINXOPTS) --watch code/selfattn --port 8000 . $(BUILD)/html
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
+
+lock: $(STAMP)
+	$(PY) -m pip freeze --exclude-editable | grep -v "^torch==" > requirements-lock.txt
+	echo "torch==2.13.0" >> requirements-lock.txt
+
+clean:
+	rm -rf $(BUILD) .pytest_cache

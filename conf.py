@@ -1,0 +1,88 @@
+"""Sphinx configuration for *Self-Attention, Verified*.
+
+The build executes every chapter (MyST-NB text notebooks) against the
+``selfattn`` package, treats every warning as an error (see the Makefile) and
+serves MathJax from the build itself, so the site works offline.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.resolve()
+sys.path.insert(0, str(ROOT / "_ext"))
+sys.path.insert(0, str(ROOT / "code"))
+
+project = "Self-Attention, Verified"
+author = "The Self-Attention, Verified authors"
+copyright = "2026, " + author
+html_title = project
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx_copybutton",
+    "sphinx_togglebutton",
+    "sphinxcontrib.bibtex",
+    "sphinx-mathjax-offline",  # copies MathJax 3 into _static: no CDN
+    "exec_cache",  # re-executes chapters whenever code/selfattn changes
+]
+
+exclude_patterns = [
+    "_build", ".venv", "**/.ipynb_checkpoints", "README.md", "code", "tests",
+    "node_modules", ".ci", "benchmarks", ".pytest_cache", "images/README.md",
+]
+templates_path = ["_templates"]
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+
+# --- strictness -----------------------------------------------------------
+nitpicky = True
+# Types from libraries whose inventories we cannot fetch offline.
+nitpick_ignore_regex = [
+    (r"py:.*", r"(torch|numpy|np|nn|matplotlib|collections\.abc|typing)(\..*)?"),
+    (r"py:class", r"(optional|array_like|ndarray|Tensor|Module|Figure|Axes|callable)"),
+]
+
+# --- MyST / MyST-NB -------------------------------------------------------
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "substitution"]
+myst_heading_anchors = 3
+nb_execution_mode = "cache"
+nb_execution_timeout = 600
+nb_execution_raise_on_error = True  # an unexpected cell error fails the build
+nb_execution_show_tb = True
+nb_merge_streams = True
+nb_output_stderr = "warn"  # stray stderr (e.g. a library warning) fails the build
+nb_render_image_options = {"alt": "Figure drawn by the code above"}
+
+exec_cache_watch = ["code/selfattn"]
+exec_cache_root = "_build/.jupyter_cache"
+
+# --- math -----------------------------------------------------------------
+mathjax3_config = {"chtml": {"displayAlign": "center"}}
+
+# --- bibliography ---------------------------------------------------------
+bibtex_bibfiles = ["references.bib"]
+bibtex_default_style = "unsrt"
+bibtex_reference_style = "author_year"
+
+# --- autodoc --------------------------------------------------------------
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+# --- theme ----------------------------------------------------------------
+html_theme = "sphinx_book_theme"
+html_theme_options = {
+    "repository_url": "https://github.com/selfattn-verified/self-attention-verified",
+    "repository_branch": "main",
+    "path_to_docs": "",
+    "use_repository_button": True,
+    "use_issues_button": True,
+    "use_edit_page_button": True,
+    "use_download_button": True,
+    "show_toc_level": 2,
+}
+html_last_updated_fmt = "%Y-%m-%d"

@@ -1,0 +1,96 @@
+"""Shared helpers for the build and browser tests (not a test file)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+
+
+def require_built_site() -> Path:
+    """The built site; fail (not skip) when it is missing: `make test` builds it first."""
+    if not (HTML / "index.html").is_file():
+        raise AssertionError(f"{HTML} has no index.html: run `make html` (make test does) first")
+    return HTML
+
+
+def built_pages() -> list[Path]:
+    """Every HTML page of the book (not the search page or generated index)."""
+    skip = {"search.html", "genindex.html", "py-modindex.html"}
+    return sorted(
+        p for p in HTML.rglob("*.html")
+        if p.name not in skip and "_static" not in p.parts and "_sources" not in p.parts
+    )
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """Serve ``directory`` on 127.0.0.1 (a free port) and yield the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+def under_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def code_cells(markdown: str) -> list[tuple[list[str], str]]:
+    """(tags, source) of every ``{code-cell}`` in a MyST text notebook.
+
+    Cell options may be ``:key: value`` lines or a ``---`` YAML block.
+    """
+    import yaml
+
+    cells = []
+    pattern = re.compile(r"^(`{3,})\{code-cell\}[^\n]*\n(.*?)^\1\s*$", re.S | re.M)
+    for match in pattern.finditer(markdown):
+        lines = match.group(2).splitlines()
+        options: dict = {}
+        if lines and lines[0].strip() == "---":
+            end = lines.index("---", 1)
+            options = yaml.safe_load("\n".join(lines[1:end])) or {}
+            lines = lines[end + 1:]
+        else:
+            while lines and lines[0].startswith(":"):
+                key, _, value = lines.pop(0)[1:].partition(":")
+                options[key.strip()] = yaml.safe_load(value.strip())
+        tags = [str(t) for t in options.get("tags", []) or []]
+        cells.append((tags, "\n".join(lines).strip("\n")))
+    return cells

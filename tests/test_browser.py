@@ -1,0 +1,168 @@
+"""The built site in a real browser (headless Chromium), with the network cut off.
+
+Every request to a host other than the local test server is blocked and
+recorded. Each page must: load nothing from another host, raise no page or
+console error, typeset every math element, load every image, and link only to
+pages and anchors that exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+from sitetools import (
+    CHROMIUM_ARGS, HTML, built_pages, chromium_path, require_built_site, serve, under_ci,
+)
+
+pytestmark = pytest.mark.browser
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+MATH_READY_JS = """
+async () => {
+  if (!window.MathJax) { return {mathjax: false}; }
+  if (window.MathJax.startup && window.MathJax.startup.promise) {
+    await window.MathJax.startup.promise;
+  }
+  if (window.MathJax.typesetPromise) { await window.MathJax.typesetPromise(); }
+  const math = document.querySelectorAll('.math');
+  let untypeset = 0;
+  math.forEach(el => { if (!el.querySelector('mjx-container')) untypeset += 1; });
+  return {
+    mathjax: true,
+    math: math.length,
+    typeset: document.querySelectorAll('mjx-container').length,
+    untypeset: untypeset,
+    errors: document.querySelectorAll('mjx-merror, [data-mjx-error]').length,
+  };
+}
+"""
+
+IMAGES_JS = """
+() => Array.from(document.images).map(img => ({
+  src: img.currentSrc || img.src, complete: img.complete, width: img.naturalWidth,
+  alt: img.getAttribute('alt')
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[str]:
+    require_built_site()
+    with serve(HTML) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    exe = chromium_path()
+    if exe is None:
+        if under_ci():
+            pytest.fail("Chromium is missing under CI: `make test` installs Debian's chromium")
+        pytest.skip("Chromium not installed (apt-get install chromium)")
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class PageVisit:
+    """Open one page with every non-local request blocked and recorded."""
+
+    def __init__(self, browser: object, base: str, rel: str, **context_args: object) -> None:
+        self.base = base
+        self.context = browser.new_context(**context_args)
+        self.page = self.context.new_page()
+        self.external: list[str] = []
+        self.page_errors: list[str] = []
+        self.console_errors: list[str] = []
+        self.failed: list[str] = []
+        host = urlparse(base).netloc
+        self.context.route("**/*", self._route(host))
+        self.page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
+        self.page.on("console", self._console)
+        self.page.on("requestfailed", lambda req: self.failed.append(req.url))
+        self.response = self.page.goto(f"{base}/{rel}", wait_until="load")
+
+    def _route(self, host: str):  # noqa: ANN202
+        def handle(route, request) -> None:  # noqa: ANN001
+            url = urlparse(request.url)
+            if url.scheme in ("data", "blob", "about") or url.netloc == host:
+                route.continue_()
+            else:
+                self.external.append(request.url)
+                route.abort()
+        return handle
+
+    def _console(self, msg) -> None:  # noqa: ANN001
+        if msg.type == "error":
+            self.console_errors.append(msg.text)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+PAGES = [p.relative_to(HTML).as_posix() for p in built_pages()] if (HTML / "index.html").is_file() else []
+
+
+@pytest.mark.parametrize("rel", PAGES or ["index.html"])
+def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> None:
+    visit = PageVisit(browser, site, rel)
+    try:
+        assert visit.response is not None and visit.response.ok, f"{rel}: HTTP error"
+        math = visit.page.evaluate(MATH_READY_JS)
+        images = visit.page.evaluate(IMAGES_JS)
+        visit.page.wait_for_load_state("networkidle")
+        assert visit.external == [], f"{rel} requested other hosts: {visit.external}"
+        assert visit.page_errors == [], f"{rel} page errors: {visit.page_errors}"
+        assert visit.console_errors == [], f"{rel} console errors: {visit.console_errors}"
+        assert visit.failed == [], f"{rel} failed requests: {visit.failed}"
+        if math.get("mathjax"):
+            assert math["untypeset"] == 0 and math["errors"] == 0, f"{rel}: {math}"
+            assert math["typeset"] >= math["math"], f"{rel}: {math}"
+        else:
+            html = (HTML / rel).read_text(encoding="utf-8")
+            assert 'class="math' not in html, f"{rel} has math but MathJax did not load"
+        for img in images:
+            assert img["complete"] and img["width"] > 0, f"{rel}: image not loaded: {img['src']}"
+    finally:
+        visit.close()
+
+
+def _ids(html_path: Path) -> set[str]:
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(html_path.read_text(encoding="utf-8"), "html.parser")
+    return {tag["id"] for tag in soup.find_all(id=True)} | {
+        tag["name"] for tag in soup.find_all("a", attrs={"name": True})
+    }
+
+
+def test_internal_links_and_anchors_resolve() -> None:
+    """Every link to a page of the site names a file that exists and an anchor on it."""
+    from bs4 import BeautifulSoup
+
+    require_built_site()
+    broken: list[str] = []
+    id_cache: dict[Path, set[str]] = {}
+    for page in built_pages():
+        soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        for a in soup.find_all("a", href=True):
+            href = a["href"]
+            url = urlparse(href)
+            if url.scheme or url.netloc or href.startswith(("mailto:", "javascript:")):
+                continue
+            target = page if not url.path else (page.parent / unquote(url.path)).resolve()
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{page.relative_to(HTML)} -> {href} (no file)")
+                continue
+            if url.fragment and target.suffix == ".html":
+                ids = id_cache.setdefault(target, _ids(target))
+                if unquote(url.fragment) not in ids:
+                    broken.append(f"{page.relative_to(HTML)} -> {href} (no anchor)")
+    assert broken == [], "broken internal links:\n" + "\n".join(broken[:40])
