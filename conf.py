@@ -86,3 +86,5 @@ html_theme_options = {
     "show_toc_level": 2,
 }
 html_last_updated_fmt = "%Y-%m-%d"
+# Without this the theme starts with an empty mode and logs a console error.
+html_context = {"default_mode": "auto"}

@@ -14,7 +14,13 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from sitetools import (
-    CHROMIUM_ARGS, HTML, built_pages, chromium_path, require_built_site, serve, under_ci,
+    CHROMIUM_ARGS,
+    HTML,
+    built_pages,
+    chromium_path,
+    require_built_site,
+    serve,
+    under_ci,
 )
 
 pytestmark = pytest.mark.browser
@@ -105,7 +111,10 @@ class PageVisit:
         self.context.close()
 
 
-PAGES = [p.relative_to(HTML).as_posix() for p in built_pages()] if (HTML / "index.html").is_file() else []
+PAGES = (
+    [p.relative_to(HTML).as_posix() for p in built_pages()]
+    if (HTML / "index.html").is_file() else []
+)
 
 
 @pytest.mark.parametrize("rel", PAGES or ["index.html"])
@@ -166,3 +175,21 @@ def test_internal_links_and_anchors_resolve() -> None:
                 if unquote(url.fragment) not in ids:
                     broken.append(f"{page.relative_to(HTML)} -> {href} (no anchor)")
     assert broken == [], "broken internal links:\n" + "\n".join(broken[:40])
+
+
+def test_blocker_catches_requests_to_other_hosts(browser: object, tmp_path: Path) -> None:
+    """The offline check itself can fail: a page that loads a script from another host
+    is recorded as external and the request is aborted."""
+    (tmp_path / "index.html").write_text(
+        "<html><body><script src='http://cdn.example.invalid/x.js'></script>"
+        "<img src='http://img.example.invalid/y.png' alt='remote'></body></html>"
+    )
+    with serve(tmp_path) as base:
+        visit = PageVisit(browser, base, "index.html")
+        try:
+            visit.page.wait_for_load_state("load")
+            assert sorted(urlparse(u).netloc for u in visit.external) == [
+                "cdn.example.invalid", "img.example.invalid",
+            ]
+        finally:
+            visit.close()

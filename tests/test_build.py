@@ -46,8 +46,9 @@ def test_glued_numbers_render() -> None:
 
 
 def _listing(chapter: Path) -> str:
-    cells = [src for tags, src in code_cells(chapter.read_text(encoding="utf-8")) if "copy-this" in tags]
-    assert len(cells) == 1, f"{chapter.name}: expected one cell tagged copy-this, found {len(cells)}"
+    text = chapter.read_text(encoding="utf-8")
+    cells = [src for tags, src in code_cells(text) if "copy-this" in tags]
+    assert len(cells) == 1, f"{chapter.name}: expected one copy-this cell, found {len(cells)}"
     return cells[0]
 
 
@@ -87,6 +88,10 @@ def _mini_book(tmp: Path, value: int) -> None:
     """))
     (tmp / "index.md").write_text(textwrap.dedent("""\
         ---
+        jupytext:
+          text_representation:
+            extension: .md
+            format_name: myst
         kernelspec:
           name: python3
           display_name: Python 3
