@@ -5,6 +5,7 @@ The build executes every chapter (MyST-NB text notebooks) against the
 serves MathJax from the build itself, so the site works offline.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -27,12 +28,20 @@ extensions = [
     "sphinxcontrib.bibtex",
     "sphinx-mathjax-offline",  # copies MathJax 3 into _static: no CDN
     "exec_cache",  # re-executes chapters whenever code/selfattn changes
+    "launch_notebooks",  # Colab/Binder/download point at executed .ipynb files
+    "sphinx_last_updated_by_git",  # "last updated" from each page's git history
+    "notfound.extension",  # a 404 page with absolute links
+    "sphinx.ext.githubpages",  # .nojekyll, so GitHub Pages serves _static
 ]
 
 exclude_patterns = [
     "_build", ".venv", "**/.ipynb_checkpoints", "README.md", "code", "tests",
-    "node_modules", ".ci", "benchmarks", ".pytest_cache", "images/README.md",
+    "node_modules", ".ci", "benchmarks", ".pytest_cache", "images/README.md", "_extra",
+    ".github", ".hypothesis",
 ]
+html_extra_path = ["_extra"]  # binder/requirements.txt for launching the published notebooks
+suppress_warnings = ["git.too_shallow"]  # a shallow CI clone has no dates, not an error
+git_untracked_show_sourcelink = True
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
@@ -74,9 +83,10 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
 # --- theme ----------------------------------------------------------------
+REPOSITORY = "https://github.com/selfattn-verified/self-attention-verified"
 html_theme = "sphinx_book_theme"
 html_theme_options = {
-    "repository_url": "https://github.com/selfattn-verified/self-attention-verified",
+    "repository_url": REPOSITORY,
     "repository_branch": "main",
     "path_to_docs": "",
     "use_repository_button": True,
@@ -84,7 +94,20 @@ html_theme_options = {
     "use_edit_page_button": True,
     "use_download_button": True,
     "show_toc_level": 2,
+    "launch_buttons": {
+        "colab_url": "https://colab.research.google.com",
+        "binderhub_url": "https://mybinder.org",
+        "notebook_interface": "classic",
+    },
 }
+launch_notebook_branch = "gh-pages"  # the Pages workflow publishes _build/html there
+launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"
+
+# The 404 page links with absolute URLs: the site lives under /<repo>/ on GitHub Pages
+# and under /en/latest/ on Read the Docs.
+notfound_urls_prefix = (
+    "/en/latest/" if os.environ.get("READTHEDOCS") else "/self-attention-verified/"
+)
 html_last_updated_fmt = "%Y-%m-%d"
 # Without this the theme starts with an empty mode and logs a console error.
 html_context = {"default_mode": "auto"}

@@ -7,6 +7,7 @@ import http.server
 import os
 import re
 import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+# GitHub Pages serves the site under /<repository>/ (conf.py's notfound_urls_prefix).
+PREFIX = "/self-attention-verified/"
 
 
 def require_built_site() -> Path:
@@ -47,14 +50,20 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """Serve ``directory`` on 127.0.0.1 (a free port) and yield the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(directory))
+def serve(directory: Path, prefix: str = "/") -> Iterator[str]:
+    """Serve ``directory`` on 127.0.0.1 (a free port) under ``prefix`` and yield the base URL
+    (without a trailing slash), as GitHub Pages serves a project site under /<repo>/."""
+    root = directory
+    if prefix.strip("/"):
+        tmp = Path(tempfile.mkdtemp(prefix="site-"))
+        (tmp / prefix.strip("/")).symlink_to(directory.resolve(), target_is_directory=True)
+        root = tmp
+    handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://127.0.0.1:{server.server_address[1]}{prefix.rstrip('/')}"
     finally:
         server.shutdown()
         server.server_close()

@@ -16,6 +16,7 @@ import pytest
 from sitetools import (
     CHROMIUM_ARGS,
     HTML,
+    PREFIX,
     built_pages,
     chromium_path,
     require_built_site,
@@ -58,7 +59,7 @@ IMAGES_JS = """
 @pytest.fixture(scope="module")
 def site() -> Iterator[str]:
     require_built_site()
-    with serve(HTML) as base:
+    with serve(HTML, PREFIX) as base:
         yield base
 
 
@@ -164,7 +165,13 @@ def test_internal_links_and_anchors_resolve() -> None:
             url = urlparse(href)
             if url.scheme or url.netloc or href.startswith(("mailto:", "javascript:")):
                 continue
-            target = page if not url.path else (page.parent / unquote(url.path)).resolve()
+            if url.path.startswith(PREFIX):  # absolute links (the 404 page)
+                target = HTML / unquote(url.path[len(PREFIX):])
+            elif url.path.startswith("/"):
+                broken.append(f"{page.relative_to(HTML)} -> {href} (absolute, outside the site)")
+                continue
+            else:
+                target = page if not url.path else (page.parent / unquote(url.path)).resolve()
             if target.is_dir():
                 target = target / "index.html"
             if not target.is_file():

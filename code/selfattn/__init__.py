@@ -1,5 +1,8 @@
 """selfattn: self-attention, verified."""
 
+# --- book helpers: worked-example inputs, tables and figures (submodules) ---
+from selfattn import examples, plotting
+
 # --- similarity, softmax, attention, masks (core numerics) ---
 from selfattn.attention import (
     attention_scores,
@@ -22,6 +25,8 @@ __all__ = [
     "attention_scores",
     "scaled_dot_product_attention",
     "simple_self_attention",
+    # examples (submodule: the worked-example inputs)
+    "examples",
     # masks
     "causal_mask",
     "combine_masks",
@@ -29,6 +34,8 @@ __all__ = [
     "padding_mask",
     "to_additive_mask",
     "to_blocked_mask",
+    # plotting (submodule: tables and figures)
+    "plotting",
     # similarity
     "cosine_similarity",
     "dot_similarity",

@@ -49,13 +49,12 @@ from selfattn._checks import (
     check_array,
     check_dim,
     check_finite,
-    check_floating,
     check_min_ndim,
     check_nonempty,
     is_tensor,
     shape_of,
 )
-from selfattn.softmax import softmax
+from selfattn.softmax import _check_float, softmax
 
 try:
     import torch
@@ -87,7 +86,7 @@ def _check_same_backend(name: str, x: Any, ref_name: str, ref: Any) -> None:
 
 def _check_operand(name: str, x: Any, legend: str) -> None:
     """Float array/tensor with >= 2 dims, non-empty and finite."""
-    check_floating(name, x)
+    _check_float(name, x)
     check_min_ndim(name, x, 2, legend)
     check_nonempty(name, x)
     check_finite(name, x)
@@ -308,7 +307,8 @@ def scaled_dot_product_attention(
     check_array("value", value)
     _check_same_backend("value", value, "query", query)
     _check_operand("value", value, _V_LEGEND)
-    check_dim("value", value, -2, shape_of(key)[-2], f"k_len of key, whose shape is {shape_of(key)}")
+    check_dim("value", value, -2, shape_of(key)[-2],
+              f"k_len of key, whose shape is {shape_of(key)}")
     _broadcast_leading(["query", "key", "value"], [query, key, value])
     factor = _resolve_scale(scale, shape_of(query)[-1])
     lead = tuple(np.broadcast_shapes(shape_of(query)[:-2], shape_of(key)[:-2]))

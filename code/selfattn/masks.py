@@ -156,7 +156,9 @@ def padding_mask(
         if lens.dtype == np.bool_ or not np.issubdtype(lens.dtype, np.integer):
             raise TypeError(f"lengths: expected integer lengths, got dtype {lens.dtype}")
     if lens.ndim != 1 or lens.shape[0] == 0:
-        raise ValueError(f"lengths: expected a non-empty 1-D shape (batch,), got shape {lens.shape}")
+        raise ValueError(
+            f"lengths: expected a non-empty 1-D shape (batch,), got shape {lens.shape}"
+        )
     if (lens < 0).any():
         bad = int(np.flatnonzero(lens < 0)[0])
         raise ValueError(
@@ -246,7 +248,9 @@ def combine_masks(*masks: Any) -> Any:
     tensors = [m for m in present if is_tensor(m)]
     if tensors:
         device = tensors[0].device
-        present = [m.to(device) if is_tensor(m) else torch.from_numpy(m).to(device) for m in present]
+        present = [
+            m.to(device) if is_tensor(m) else torch.from_numpy(m).to(device) for m in present
+        ]
         out = present[0]
         for m in present[1:]:
             out = out & m

@@ -243,7 +243,7 @@ def perplexity(
 
     Example:
         >>> import numpy as np
-        >>> perplexity(np.zeros((1, 3, 5)), np.array([[0, 4, 2]]))  # uniform over 5
+        >>> round(perplexity(np.zeros((1, 3, 5)), np.array([[0, 4, 2]])), 9)  # uniform
         5.0
     """
     _check_reduction(reduction)

@@ -24,25 +24,25 @@ from typing import Any
 from selfattn._checks import (
     check_dim,
     check_finite,
-    check_floating,
     check_ndim,
     check_nonempty,
     is_tensor,
     shape_of,
 )
+from selfattn.softmax import _check_float
 
 __all__ = ["cosine_similarity", "dot_similarity", "scaled_dot_similarity"]
 
 
 def _check_pair(a: Any, b: Any | None) -> Any:
     """Validate ``a`` (n, d) and ``b`` (m, d); return ``b`` (``a`` if None)."""
-    check_floating("a", a)
+    _check_float("a", a)
     check_ndim("a", a, 2, "(n, d)")
     check_nonempty("a", a)
     check_finite("a", a)
     if b is None:
         return a
-    check_floating("b", b)
+    _check_float("b", b)
     if is_tensor(a) != is_tensor(b):
         raise TypeError(
             f"b: expected the same backend as a ({type(a).__name__}), got {type(b).__name__}"

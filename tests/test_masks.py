@@ -1,0 +1,292 @@
+"""Tests for selfattn.masks: hand values, torch conventions, round trips, bad input.
+
+Tolerances for the nn.MultiheadAttention comparisons (float64): ``rtol=1e-10, atol=1e-12``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from selfattn import (
+    causal_mask,
+    combine_masks,
+    key_padding_to_attention_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+    to_additive_mask,
+    to_blocked_mask,
+)
+
+TOL64 = dict(rtol=1e-10, atol=1e-12)
+
+
+def msg(*parts: str) -> str:
+    """Regex matching the fragments in order (each escaped)."""
+    return ".*".join(re.escape(p) for p in parts)
+
+
+# ------------------------------------------------------------------ causal_mask
+def test_causal_square_hand_values():
+    expected = np.array([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=bool)
+    out = causal_mask(3)
+    assert out.dtype == np.bool_
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(causal_mask(3, 3), expected)
+
+
+def test_causal_bottom_right_hand_values():
+    # 2 new queries are positions 2 and 3 of a 4-token sequence (cached decoding)
+    expected = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=bool)
+    np.testing.assert_array_equal(causal_mask(2, 4), expected)
+    # one new token sees every cached key and itself
+    np.testing.assert_array_equal(causal_mask(1, 5), np.ones((1, 5), dtype=bool))
+
+
+def test_causal_more_queries_than_keys_has_empty_first_rows():
+    expected = np.array([[0, 0], [0, 0], [1, 0], [1, 1]], dtype=bool)
+    np.testing.assert_array_equal(causal_mask(4, 2), expected)
+
+
+@pytest.mark.parametrize("q_len,k_len", [(3, 3), (2, 5), (1, 4), (5, 2), (4, 7)])
+def test_causal_matches_torch_causal_lower_right(q_len, k_len):
+    bias_mod = pytest.importorskip("torch.nn.attention.bias")
+    with pytest.warns(UserWarning, match="NaN") if q_len > k_len else _no_warning():
+        bias = bias_mod.causal_lower_right(q_len, k_len)
+    # the private materialisation, if present, gives the mask itself
+    if hasattr(bias, "_materialize"):
+        np.testing.assert_array_equal(causal_mask(q_len, k_len), bias._materialize().numpy())
+    # public route: the CausalBias object as attn_mask of torch's SDPA
+    gen = torch.Generator().manual_seed(q_len * 10 + k_len)
+    q = torch.randn(2, q_len, 4, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, k_len, 4, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, k_len, 3, generator=gen, dtype=torch.float64)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    ours, _ = scaled_dot_product_attention(q, k, v, causal_mask(q_len, k_len, like=q))
+    if q_len > k_len:  # rows with nothing to attend: ours are zeros; torch's may be NaN
+        n_empty = q_len - k_len
+        torch.testing.assert_close(ours[:, :n_empty], torch.zeros_like(ours[:, :n_empty]))
+        ours, ref = ours[:, n_empty:], ref[:, n_empty:]
+    torch.testing.assert_close(ours, ref, **TOL64)
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_causal_square_equals_is_causal_and_tril():
+    np.testing.assert_array_equal(causal_mask(6), torch.tril(torch.ones(6, 6)).bool().numpy())
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ours, _ = scaled_dot_product_attention(q, k, v, causal_mask(6))
+    torch.testing.assert_close(ours, ref, **TOL64)
+
+
+def test_causal_like_torch_gives_tensor_on_device():
+    like = torch.zeros(1, dtype=torch.float32)
+    out = causal_mask(2, 3, like=like)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bool and out.device == like.device
+    np.testing.assert_array_equal(out.numpy(), causal_mask(2, 3))
+    assert isinstance(causal_mask(2, like=np.zeros(1)), np.ndarray)
+
+
+# ------------------------------------------------------------------ padding_mask
+def test_padding_hand_values_and_seq_len():
+    np.testing.assert_array_equal(padding_mask([2, 3]), [[1, 1, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(
+        padding_mask(np.array([0, 1]), seq_len=3), [[0, 0, 0], [1, 0, 0]]
+    )
+
+
+def test_padding_torch_lengths_give_tensor():
+    out = padding_mask(torch.tensor([1, 3]), 4)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bool
+    torch.testing.assert_close(out, torch.tensor([[1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool))
+    assert isinstance(padding_mask([1, 2], like=torch.zeros(1)), torch.Tensor)
+
+
+def test_key_padding_shapes_broadcast_against_scores():
+    pad = padding_mask([2, 4])  # (2, 4)
+    m4 = key_padding_to_attention_mask(pad)
+    m3 = key_padding_to_attention_mask(pad, with_heads=False)
+    assert m4.shape == (2, 1, 1, 4) and m3.shape == (2, 1, 4)
+    full4 = np.broadcast_to(m4, (2, 3, 5, 4))  # (batch, heads, q_len, k_len)
+    full3 = np.broadcast_to(m3, (2, 5, 4))  # (batch, q_len, k_len)
+    # every query row of sequence 0 allows exactly keys 0 and 1
+    np.testing.assert_array_equal(full4[0, 1, 3], [1, 1, 0, 0])
+    np.testing.assert_array_equal(full3[0, 4], [1, 1, 0, 0])
+    np.testing.assert_array_equal(full3[1, 0], [1, 1, 1, 1])
+
+
+# ------------------------------------------------------------------ combine / convert
+def test_combine_and_broadcasting_and_none():
+    causal = causal_mask(3)  # (3, 3)
+    pad = key_padding_to_attention_mask(padding_mask([2, 3]))  # (2, 1, 1, 3)
+    both = combine_masks(causal, None, pad)
+    assert both.shape == (2, 1, 3, 3)
+    np.testing.assert_array_equal(both[0, 0], [[1, 0, 0], [1, 1, 0], [1, 1, 0]])
+    np.testing.assert_array_equal(both[1, 0], causal)
+    assert combine_masks(None, None) is None
+    assert combine_masks() is None
+    np.testing.assert_array_equal(combine_masks(causal), causal)
+
+
+def test_combine_mixed_backends_returns_torch():
+    out = combine_masks(causal_mask(2), torch.tensor([True, False]))
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, torch.tensor([[True, False], [True, False]]))
+
+
+def test_blocked_round_trip_and_values():
+    m = causal_mask(3)
+    blocked = to_blocked_mask(m)
+    np.testing.assert_array_equal(blocked, np.triu(np.ones((3, 3), dtype=bool), k=1))
+    np.testing.assert_array_equal(to_blocked_mask(blocked), m)
+    t = causal_mask(3, like=torch.zeros(1))
+    torch.testing.assert_close(to_blocked_mask(to_blocked_mask(t)), t)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, torch.float64])
+def test_additive_values_and_round_trip(dtype):
+    m = causal_mask(2, 3)
+    add = to_additive_mask(m, dtype)
+    want = np.float64 if dtype in (np.float64, torch.float64) else np.float32
+    assert add.dtype == want
+    np.testing.assert_array_equal(add, [[0.0, 0.0, -np.inf], [0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(add == 0, m)
+
+
+def test_additive_torch_default_and_numpy_dtype():
+    t = causal_mask(2, like=torch.zeros(1))
+    assert to_additive_mask(t).dtype == torch.float32
+    add = to_additive_mask(t, np.float64)
+    assert add.dtype == torch.float64
+    torch.testing.assert_close(add == 0, t)
+    assert torch.isneginf(add[0, 1])
+
+
+def test_additive_and_bool_masks_give_same_attention():
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 4, 3, generator=gen, dtype=torch.float64) for _ in range(3))
+    pad = key_padding_to_attention_mask(padding_mask([3, 4], like=q), with_heads=False)
+    m = combine_masks(causal_mask(4, like=q), pad)  # (2, 4, 4)
+    c_bool, w_bool = scaled_dot_product_attention(q, k, v, m)
+    c_add, w_add = scaled_dot_product_attention(q, k, v, to_additive_mask(m, torch.float64))
+    torch.testing.assert_close(c_bool, c_add, rtol=0, atol=0)
+    torch.testing.assert_close(w_bool, w_add, rtol=0, atol=0)
+
+
+def _mha_manual(mha, x, mask):
+    """nn.MultiheadAttention's forward rebuilt from our SDPA (batch_first, float64)."""
+    e, h = mha.embed_dim, mha.num_heads
+    b, t, _ = x.shape
+    qkv = x @ mha.in_proj_weight.T + mha.in_proj_bias  # (b, t, 3e)
+    q, k, v = qkv.chunk(3, dim=-1)  # each (b, t, e)
+    q, k, v = (z.reshape(b, t, h, e // h).transpose(1, 2) for z in (q, k, v))  # (b, h, t, e/h)
+    ctx, w = scaled_dot_product_attention(q, k, v, mask)  # (b, h, t, e/h), (b, h, t, t)
+    ctx = ctx.transpose(1, 2).reshape(b, t, e)  # (b, t, e)
+    return mha.out_proj(ctx), w.mean(dim=1)  # (b, t, e), (b, t, t)
+
+
+def test_conversions_match_nn_multihead_attention_conventions():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64).eval()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    causal = causal_mask(5, like=x)  # (5, 5), True = may attend
+    pad = padding_mask([3, 5], like=x)  # (2, 5), True = real token
+    ours_mask = combine_masks(causal, key_padding_to_attention_mask(pad))  # (2, 1, 5, 5)
+    want_out, want_w = _mha_manual(mha, x, ours_mask)
+    with torch.no_grad():
+        out_b, w_b = mha(x, x, x, attn_mask=to_blocked_mask(causal),
+                         key_padding_mask=to_blocked_mask(pad))
+        out_a, w_a = mha(x, x, x, attn_mask=to_additive_mask(causal, torch.float64),
+                         key_padding_mask=to_additive_mask(pad, torch.float64))
+    for out, w in ((out_b, w_b), (out_a, w_a)):
+        torch.testing.assert_close(out, want_out.detach(), **TOL64)
+        torch.testing.assert_close(w, want_w.detach(), **TOL64)
+    # the wrong convention (passing the may-attend mask as is) gives something else
+    with torch.no_grad():
+        wrong, _ = mha(x, x, x, attn_mask=causal)
+    assert not torch.allclose(wrong, want_out)  # (differs, or NaN where all keys are blocked)
+
+
+# ------------------------------------------------------------------ bad input
+def test_bad_negative_length():
+    with pytest.raises(ValueError, match=msg("lengths:", "non-negative", "-1 at index 1", "(3,)")):
+        padding_mask([2, -1, 3])
+
+
+def test_bad_length_exceeds_seq_len():
+    expected = msg("lengths:", "length 5 at index 0", "seq_len=4", "(2,)")
+    with pytest.raises(ValueError, match=expected):
+        padding_mask([5, 2], seq_len=4)
+
+
+def test_bad_float_lengths():
+    with pytest.raises(TypeError, match=msg("lengths:", "integer", "float64")):
+        padding_mask([1.5, 2.0])
+
+
+def test_bad_float_tensor_lengths():
+    with pytest.raises(TypeError, match=msg("lengths:", "integer", "torch.float32")):
+        padding_mask(torch.tensor([1.0, 2.0]))
+
+
+def test_bad_lengths_shape():
+    with pytest.raises(ValueError, match=msg("lengths:", "1-D shape (batch,)", "(2, 2)")):
+        padding_mask([[1, 2], [3, 4]])
+
+
+def test_bad_seq_len_zero():
+    with pytest.raises(ValueError, match=msg("seq_len:", "positive int", "0")):
+        padding_mask([0, 0], seq_len=0)
+
+
+def test_bad_non_bool_mask_blocked():
+    with pytest.raises(TypeError, match=msg("mask:", "bool mask", "dtype int64", "(2, 2)")):
+        to_blocked_mask(np.ones((2, 2), dtype=np.int64))
+
+
+def test_bad_non_bool_mask_additive_torch():
+    with pytest.raises(TypeError, match=msg("mask:", "bool mask", "torch.float32", "(3,)")):
+        to_additive_mask(torch.zeros(3))
+
+
+def test_bad_additive_integer_dtype():
+    with pytest.raises(TypeError, match=msg("dtype:", "floating dtype", "int32")):
+        to_additive_mask(causal_mask(2), np.int32)
+
+
+def test_bad_combine_non_bool_names_position():
+    with pytest.raises(TypeError, match=msg("masks[2]:", "dtype float64", "(3, 3)")):
+        combine_masks(causal_mask(3), None, np.zeros((3, 3)))
+
+
+def test_bad_combine_shapes_do_not_broadcast():
+    with pytest.raises(ValueError, match=msg("masks:", "(3, 3)", "(2, 4)", "do not broadcast")):
+        combine_masks(causal_mask(3), np.ones((2, 4), dtype=bool))
+
+
+def test_bad_causal_q_len():
+    with pytest.raises(ValueError, match=msg("q_len:", "positive int", "0")):
+        causal_mask(0)
+    with pytest.raises(TypeError, match=msg("k_len:", "positive int", "float")):
+        causal_mask(2, 3.0)
+
+
+def test_bad_like():
+    with pytest.raises(TypeError, match=msg("like:", "numpy.ndarray or torch.Tensor", "list")):
+        causal_mask(2, like=[1])
+
+
+def test_bad_key_padding_ndim():
+    with pytest.raises(ValueError, match=msg("pad:", "(batch, seq_len)", "(2, 1, 3)")):
+        key_padding_to_attention_mask(np.ones((2, 1, 3), dtype=bool))

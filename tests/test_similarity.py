@@ -1,0 +1,175 @@
+"""Tests for selfattn.similarity: hand values, torch parity, properties, bad input.
+
+Tolerances: float64 ``rtol=1e-12, atol=1e-14``; float32 ``rtol=1e-5, atol=1e-6``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from selfattn import cosine_similarity, dot_similarity, scaled_dot_similarity
+
+TOL = {np.float64: dict(rtol=1e-12, atol=1e-14), np.float32: dict(rtol=1e-5, atol=1e-6)}
+
+
+def msg(*parts: str) -> str:
+    """Regex matching the fragments in order (each escaped)."""
+    return ".*".join(re.escape(p) for p in parts)
+
+
+# ------------------------------------------------------------------ hand values
+A = np.array([[1.0, 0.0], [1.0, 1.0]])
+
+
+def test_dot_hand_values():
+    np.testing.assert_array_equal(dot_similarity(A), [[1.0, 1.0], [1.0, 2.0]])
+    b = np.array([[2.0, 3.0]])
+    np.testing.assert_array_equal(dot_similarity(A, b), [[2.0], [5.0]])
+
+
+def test_cosine_hand_values():
+    r = 1 / math.sqrt(2)
+    np.testing.assert_allclose(cosine_similarity(A), [[1.0, r], [r, 1.0]], rtol=1e-15)
+    # opposite and orthogonal directions
+    b = np.array([[-3.0, 0.0], [0.0, 5.0]])
+    np.testing.assert_allclose(cosine_similarity(A, b), [[-1.0, 0.0], [-r, r]], atol=1e-15)
+
+
+def test_scaled_dot_hand_values():
+    np.testing.assert_allclose(
+        scaled_dot_similarity(A), np.array([[1.0, 1.0], [1.0, 2.0]]) / math.sqrt(2), rtol=1e-15
+    )
+
+
+# ------------------------------------------------------------------ torch parity
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cosine_matches_torch(dtype):
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(5, 7)).astype(dtype)
+    b = rng.normal(size=(3, 7)).astype(dtype)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    ref = F.cosine_similarity(ta[:, None, :], tb[None, :, :], dim=-1).numpy()  # (5, 3)
+    np.testing.assert_allclose(cosine_similarity(a, b), ref, **TOL[dtype])
+    ref_self = F.cosine_similarity(ta[:, None, :], ta[None, :, :], dim=-1).numpy()
+    np.testing.assert_allclose(cosine_similarity(a), ref_self, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dot_and_scaled_match_torch(dtype):
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(4, 16)).astype(dtype)
+    b = rng.normal(size=(6, 16)).astype(dtype)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    np.testing.assert_allclose(dot_similarity(a, b), (ta @ tb.T).numpy(), **TOL[dtype])
+    np.testing.assert_allclose(scaled_dot_similarity(a, b), (ta @ tb.T / 4.0).numpy(), **TOL[dtype])
+
+
+def test_torch_inputs_work_and_match_numpy():
+    gen = torch.Generator().manual_seed(2)
+    ta = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    tb = torch.randn(2, 5, generator=gen, dtype=torch.float64)
+    for fn in (dot_similarity, scaled_dot_similarity, cosine_similarity):
+        out = fn(ta, tb)
+        assert isinstance(out, torch.Tensor) and out.shape == (3, 2)
+        np.testing.assert_allclose(out.numpy(), fn(ta.numpy(), tb.numpy()), rtol=1e-12)
+    ref = F.cosine_similarity(ta[:, None, :], tb[None, :, :], dim=-1)
+    torch.testing.assert_close(cosine_similarity(ta, tb), ref, rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------ properties
+nonzero_rows = arrays(
+    np.float64,
+    st.tuples(st.integers(1, 5), st.integers(1, 6)),
+    elements=st.floats(-10, 10, allow_nan=False),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(nonzero_rows, st.floats(0.01, 100))
+def test_property_cosine_scale_invariant_and_bounded(a, c):
+    assume(np.all(np.linalg.norm(a, axis=1) > 1e-3))
+    cos = cosine_similarity(a)
+    assert np.all(np.abs(cos) <= 1 + 1e-12)
+    np.testing.assert_allclose(np.diag(cos), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(cosine_similarity(a * c), cos, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(cos, cos.T, rtol=0, atol=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(nonzero_rows)
+def test_property_scaled_is_dot_over_sqrt_d_and_symmetric(a):
+    d = a.shape[1]
+    dot = dot_similarity(a)
+    np.testing.assert_allclose(scaled_dot_similarity(a) * math.sqrt(d), dot, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(dot, dot.T)
+    assert np.all(np.diag(dot) >= 0)  # a · a = |a|^2
+
+
+def test_scaled_dot_has_unit_variance_for_unit_variance_components():
+    # Var(a · b) = d for independent N(0, 1) components, so dividing by sqrt(d) gives ~1
+    rng = np.random.default_rng(3)
+    for d in (4, 64, 256):
+        a = rng.normal(size=(400, d))
+        b = rng.normal(size=(400, d))
+        var_plain = dot_similarity(a, b).var()
+        var_scaled = scaled_dot_similarity(a, b).var()
+        assert abs(var_plain / d - 1) < 0.1
+        assert abs(var_scaled - 1) < 0.1
+
+
+# ------------------------------------------------------------------ bad input
+def test_bad_zero_vector_in_a():
+    a = np.array([[1.0, 2.0], [0.0, 0.0], [3.0, 1.0]])
+    with pytest.raises(ValueError, match=msg("a:", "row(s) [1]", "zero vector", "(3, 2)")):
+        cosine_similarity(a)
+
+
+def test_bad_zero_vector_in_b():
+    a = np.ones((2, 3))
+    b = np.zeros((4, 3))
+    with pytest.raises(ValueError, match=msg("b:", "row(s) [0, 1, 2, 3]", "(4, 3)")):
+        cosine_similarity(a, b)
+
+
+def test_bad_width_mismatch():
+    expected = msg("b:", "last dimension 3", "(2, 3)", "got shape (4, 5)")
+    with pytest.raises(ValueError, match=expected):
+        dot_similarity(np.ones((2, 3)), np.ones((4, 5)))
+
+
+def test_bad_one_dimensional():
+    with pytest.raises(ValueError, match=msg("a:", "expected shape (n, d)", "got shape (3,)")):
+        scaled_dot_similarity(np.ones(3))
+
+
+def test_bad_integer_dtype():
+    with pytest.raises(TypeError, match=msg("a:", "floating-point", "int64")):
+        dot_similarity(np.ones((2, 2), dtype=np.int64))
+
+
+def test_bad_mixed_backends():
+    with pytest.raises(TypeError, match=msg("b:", "same backend as a", "ndarray", "Tensor")):
+        dot_similarity(np.ones((2, 2)), torch.ones(2, 2, dtype=torch.float64))
+
+
+def test_bad_dtype_mismatch():
+    with pytest.raises(TypeError, match=msg("b:", "float64", "float32")):
+        cosine_similarity(np.ones((2, 2)), np.ones((2, 2), dtype=np.float32))
+
+
+def test_bad_nan():
+    with pytest.raises(ValueError, match=msg("a:", "NaN", "(1, 2)")):
+        cosine_similarity(np.array([[np.nan, 1.0]]))
+
+
+def test_bad_empty():
+    with pytest.raises(ValueError, match=msg("b:", "non-empty", "(0, 2)")):
+        dot_similarity(np.ones((1, 2)), np.ones((0, 2)))
