@@ -40,7 +40,8 @@ exclude_patterns = [
     ".github", ".hypothesis",
 ]
 html_extra_path = ["_extra"]  # binder/requirements.txt for launching the published notebooks
-suppress_warnings = ["git.too_shallow"]  # a shallow CI clone has no dates, not an error
+# A shallow clone, or a download without .git, has no dates: not an error.
+suppress_warnings = ["git.too_shallow", "git.subprocess_error"]
 git_untracked_show_sourcelink = True
 templates_path = ["_templates"]
 html_static_path = ["_static"]

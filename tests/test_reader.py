@@ -1,0 +1,324 @@
+"""What a reader expects of an executable book, checked in headless Chromium.
+
+Each feature has a test: notation and glossary, citations, hidden exercise
+solutions, copy buttons, executed-notebook downloads and launch links,
+repository buttons and dates, dark mode, search, a phone-sized viewport,
+accessibility basics, the 404 page, and the page budget.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from sitetools import (
+    CHAPTERS,
+    CHROMIUM_ARGS,
+    HTML,
+    PREFIX,
+    ROOT,
+    chromium_path,
+    require_built_site,
+    serve,
+    under_ci,
+)
+
+pytestmark = pytest.mark.browser
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+CHAPTER_PAGES = [f"chapters/{c.stem}.html" for c in CHAPTERS]
+SHOTS = ROOT / "_build" / "screenshots"
+# Page budget: first load of a chapter page, and time until its math is typeset.
+MAX_PAGE_BYTES = 1_500_000
+MAX_TYPESET_SECONDS = 2.0
+BUDGET: dict[str, dict[str, float]] = {}
+
+WAIT_MATH_JS = """
+async () => {
+  if (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise) {
+    await window.MathJax.startup.promise;
+  }
+  return performance.now();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[str]:
+    require_built_site()
+    with serve(HTML, PREFIX) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    exe = chromium_path()
+    if exe is None:
+        if under_ci():
+            pytest.fail("Chromium is missing under CI: `make test` installs Debian's chromium")
+        pytest.skip("Chromium not installed (apt-get install chromium)")
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def open_page(browser: object, site: str, rel: str, **ctx: object) -> tuple[object, object]:
+    context = browser.new_context(**ctx)
+    host = urlparse(site).netloc
+    context.route(
+        "**/*",
+        lambda route, req: route.continue_() if urlparse(req.url).netloc in (host, "")
+        else route.abort(),
+    )
+    page = context.new_page()
+    page.goto(f"{site}/{rel}", wait_until="load")
+    page.evaluate(WAIT_MATH_JS)
+    return context, page
+
+
+def luminance(css_color: str) -> float:
+    r, g, b = (int(v) for v in re.findall(r"\d+", css_color)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+# --- notation, glossary, citations -------------------------------------------------
+
+def test_notation_page_renders_the_books_table() -> None:
+    require_built_site()
+    html = (HTML / "notation.html").read_text(encoding="utf-8")
+    for code_name in ("seq_len", "d_model", "head_dim", "num_heads", "scores", "weights", "mask"):
+        assert f">{code_name}<" in html, f"notation table lacks {code_name}"
+
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES)
+def test_chapters_link_terms_to_the_glossary(rel: str) -> None:
+    require_built_site()
+    html = (HTML / rel).read_text(encoding="utf-8")
+    assert re.search(r'href="\.\./glossary\.html#term-', html), f"{rel} links no glossary term"
+
+
+def test_citations_resolve_to_the_bibliography() -> None:
+    require_built_site()
+    refs = (HTML / "references.html").read_text(encoding="utf-8")
+    assert "Attention Is All You Need" in refs and "Jointly Learning to Align" in refs
+    cited = 0
+    for rel in CHAPTER_PAGES:
+        html = (HTML / rel).read_text(encoding="utf-8")
+        assert "[?]" not in html, f"{rel} has an unresolved citation"
+        cited += len(re.findall(r'href="(?:\.\./)?references\.html#id', html))
+    assert cited >= len(CHAPTER_PAGES), "chapters cite too little"
+
+
+# --- exercises, copy buttons -------------------------------------------------------
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES)
+def test_exercise_solution_hidden_until_clicked(browser: object, site: str, rel: str) -> None:
+    context, page = open_page(browser, site, rel)
+    try:
+        hidden = page.locator("details.hide.above-input")
+        assert hidden.count() >= 3, f"{rel}: expected >= 3 hidden solutions"
+        first = hidden.first
+        output = first.locator(".cell_input, .cell_output").first
+        assert not output.is_visible(), "solution visible before the click"
+        first.locator("summary").click()
+        assert output.is_visible(), "solution still hidden after the click"
+        assert first.evaluate("el => el.open") is True
+    finally:
+        context.close()
+
+
+def test_copy_button_copies_code_only(browser: object, site: str) -> None:
+    rel = CHAPTER_PAGES[0]
+    context, page = open_page(
+        browser, site, rel, permissions=["clipboard-read", "clipboard-write"]
+    )
+    try:
+        cell = page.locator("div.cell:not(.tag_remove-input) div.cell_input").first
+        code = cell.locator("pre").inner_text()
+        cell.hover()
+        cell.locator("button.copybtn").click()
+        copied = page.evaluate("navigator.clipboard.readText()")
+        assert copied.strip() == code.strip()
+        assert not copied.lstrip().startswith((">>>", "In [")), "prompt copied"
+        outputs = page.locator("div.cell_output").first.inner_text().strip()
+        assert outputs == "" or outputs not in copied, "output copied with the code"
+    finally:
+        context.close()
+
+
+# --- downloads, launch buttons, repository buttons, dates --------------------------
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
+def test_download_and_launch_point_at_executed_notebooks(chapter: Path) -> None:
+    require_built_site()
+    rel = f"chapters/{chapter.stem}.html"
+    html = (HTML / rel).read_text(encoding="utf-8")
+    nb_rel = f"_sources/chapters/{chapter.stem}.ipynb"
+    notebook = json.loads((HTML / nb_rel).read_text(encoding="utf-8"))
+    outputs = sum(len(c.get("outputs", [])) for c in notebook["cells"] if c["cell_type"] == "code")
+    assert outputs > 0, "downloadable notebook has no executed outputs"
+    assert notebook["cells"][0]["id"] == "selfattn-launch-setup"
+    assert f'href="../{nb_rel}"' in html, "no .ipynb download link"
+    for host in ("colab.research.google.com", "mybinder.org"):
+        links = re.findall(rf'href="(https://{re.escape(host)}[^"]+)"', html)
+        assert links, f"no {host} launch link"
+        assert links[0].endswith(f"/{nb_rel}"), f"{host} link does not open the .ipynb: {links[0]}"
+
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES)
+def test_repository_buttons_and_last_updated(rel: str) -> None:
+    require_built_site()
+    html = (HTML / rel).read_text(encoding="utf-8")
+    repo = "https://github.com/selfattn-verified/self-attention-verified"
+    assert f'href="{repo}"' in html
+    assert f"{repo}/issues/new?title=Issue%20on%20page%20%2F{rel}" in html
+    stem = Path(rel).stem
+    assert f"{repo}/edit/main/chapters/{stem}.md" in html
+    assert re.search(r"Last updated on\s+\d{4}-\d{2}-\d{2}", html), "no last-updated date"
+
+
+# --- dark mode --------------------------------------------------------------------
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES)
+def test_dark_mode_text_math_and_figures_readable(browser: object, site: str, rel: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for scheme in ("light", "dark"):
+        context, page = open_page(
+            browser, site, rel, color_scheme=scheme, viewport={"width": 1280, "height": 1600}
+        )
+        try:
+            assert page.evaluate("document.documentElement.dataset.theme") == scheme
+            body = page.evaluate("getComputedStyle(document.querySelector('article')).color")
+            math = page.evaluate(
+                "Array.from(document.querySelectorAll('mjx-container'))"
+                ".map(el => getComputedStyle(el).color)"
+            )
+            if scheme == "dark":
+                assert luminance(body) > 0.6, f"dark mode body text too dark: {body}"
+                assert all(luminance(c) > 0.6 for c in math), "math drawn dark on dark"
+            else:
+                assert luminance(body) < 0.4
+            page.screenshot(path=str(SHOTS / f"{Path(rel).stem}-{scheme}.png"))
+        finally:
+            context.close()
+    # Figures are drawn on an opaque light background, so they read in both modes.
+    from PIL import Image
+
+    for src in re.findall(r'<img[^>]+src="([^"]+\.png)"', (HTML / rel).read_text("utf-8")):
+        img = Image.open((HTML / rel).parent / src).convert("RGBA")
+        w, h = img.size
+        for corner in ((0, 0), (w - 1, 0), (0, h - 1), (w - 1, h - 1)):
+            r, g, b, a = img.getpixel(corner)
+            assert a == 255 and min(r, g, b) >= 235, f"{src}: figure corner not opaque light"
+
+
+# --- search -----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("term", "page_stem"), [("softmax", "01-concept"),
+                                                 ("perplexity", "06-perplexity")])
+def test_search_finds_the_right_sections(browser: object, site: str, term: str,
+                                         page_stem: str) -> None:
+    if not (HTML / "chapters" / f"{page_stem}.html").is_file():
+        pytest.fail(f"chapter {page_stem} is not built")
+    context, page = open_page(browser, site, f"search.html?q={term}")
+    try:
+        page.wait_for_selector("ul.search li a", timeout=15000)
+        hrefs = page.eval_on_selector_all("ul.search li a", "els => els.map(a => a.href)")
+        assert any(f"chapters/{page_stem}.html" in h for h in hrefs), hrefs[:10]
+        section_hits = [h for h in hrefs if "#" in h and "chapters/" in h]
+        assert section_hits, "search found pages but no sections"
+        page.goto(section_hits[0])
+        anchor = urlparse(section_hits[0]).fragment
+        section = page.locator(f"[id='{anchor}']").first.inner_text().lower()
+        assert term in section, f"search landed on #{anchor}, which never says {term!r}"
+    finally:
+        context.close()
+
+
+# --- small screens, accessibility, 404, budget -----------------------------------
+
+@pytest.mark.parametrize("rel", ["index.html", *CHAPTER_PAGES])
+def test_phone_width_has_no_horizontal_page_scroll(browser: object, site: str, rel: str) -> None:
+    context, page = open_page(browser, site, rel, viewport={"width": 390, "height": 844})
+    try:
+        widths = page.evaluate(
+            "({doc: document.documentElement.scrollWidth, view: window.innerWidth})"
+        )
+        assert widths["doc"] <= widths["view"], f"{rel} scrolls sideways at 390 px: {widths}"
+        if rel == CHAPTER_PAGES[0]:
+            page.screenshot(path=str(SHOTS / "phone-390.png"), full_page=False)
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("rel", ["index.html", "glossary.html", *CHAPTER_PAGES])
+def test_accessibility_basics(browser: object, site: str, rel: str) -> None:
+    context, page = open_page(browser, site, rel)
+    try:
+        report = page.evaluate("""() => {
+          const imgs = Array.from(document.querySelectorAll('main img'))
+            .filter(i => !(i.getAttribute('alt') || '').trim()).map(i => i.src);
+          const levels = Array.from(
+            document.querySelectorAll('main article :is(h1,h2,h3,h4,h5,h6)')
+          ).map(h => Number(h.tagName[1]));
+          const jumps = [];
+          for (let i = 1; i < levels.length; i++) {
+            if (levels[i] > levels[i - 1] + 1) jumps.push([levels[i - 1], levels[i]]);
+          }
+          const unnamed = Array.from(document.querySelectorAll('a[href]')).filter(a => {
+            const name = (a.innerText || '').trim() || a.getAttribute('aria-label') ||
+              a.getAttribute('title') ||
+              Array.from(a.querySelectorAll('img')).map(i => i.alt).join('');
+            return !name || !name.trim();
+          }).map(a => a.outerHTML.slice(0, 120));
+          return {imgs, levels, jumps, unnamed, h1: levels.filter(l => l === 1).length};
+        }""")
+        assert report["imgs"] == [], f"{rel}: images without alt text {report['imgs']}"
+        assert report["h1"] == 1, f"{rel}: expected one h1, headings {report['levels']}"
+        assert report["jumps"] == [], f"{rel}: heading levels skip {report['jumps']}"
+        assert report["unnamed"] == [], f"{rel}: links without a name {report['unnamed'][:5]}"
+    finally:
+        context.close()
+
+
+def test_404_page(browser: object, site: str) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        response = page.goto(f"{site}/404.html")
+        assert response is not None and response.ok
+        assert "Page not found" in page.locator("h1").first.inner_text()
+        css_ok = page.evaluate(
+            "Array.from(document.styleSheets).some(s => (s.href || '').includes('theme.css'))"
+        )
+        assert css_ok, "404 page lost its styles"
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES)
+def test_page_budget(browser: object, site: str, rel: str) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    wire: list[int] = []  # bytes over the wire (gzip where the server compresses, as hosts do)
+    raw: list[int] = []  # bytes after decompression
+    page.on("requestfinished", lambda req: wire.append(req.sizes()["responseBodySize"]))
+    page.on("response", lambda r: raw.append(len(r.body()) if r.ok else 0))
+    try:
+        page.goto(f"{site}/{rel}", wait_until="load")
+        typeset_ms = page.evaluate(WAIT_MATH_JS)
+        page.wait_for_load_state("networkidle")
+        total = sum(wire)
+        BUDGET[rel] = {"bytes": total, "bytes_uncompressed": sum(raw),
+                       "typeset_s": round(typeset_ms / 1000, 3)}
+        (ROOT / "_build").mkdir(exist_ok=True)
+        (ROOT / "_build" / "page-budget.json").write_text(json.dumps(BUDGET, indent=1))
+        assert total <= MAX_PAGE_BYTES, f"{rel}: first load {total} bytes"
+        assert typeset_ms / 1000 <= MAX_TYPESET_SECONDS, f"{rel}: math typeset at {typeset_ms} ms"
+    finally:
+        context.close()
