@@ -5,6 +5,8 @@ Tolerances for the nn.MultiheadAttention comparisons (float64): ``rtol=1e-10, at
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import re
 
 import numpy as np
@@ -22,6 +24,12 @@ from selfattn import (
 )
 
 TOL64 = dict(rtol=1e-10, atol=1e-12)
+
+
+def test_docstring_examples_are_correct():
+    module = importlib.import_module("selfattn.masks")
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def msg(*parts: str) -> str:

@@ -119,6 +119,7 @@ def _resolve_scale(scale: Any, head_dim: int) -> float:
 
 
 def _check_qk(query: Any, key: Any) -> None:
+    """Validate ``query`` (..., q_len, head_dim) and ``key`` (..., k_len, head_dim)."""
     _check_operand("query", query, _Q_LEGEND)
     check_array("key", key)
     _check_same_backend("key", key, "query", query)
@@ -187,13 +188,28 @@ def _swap_last(x: Any) -> Any:
     return x.swapaxes(-1, -2)  # (..., d, n)
 
 
-def _check_scores_finite(scores: Any) -> None:
+def _scores(query: Any, key: Any, factor: float, names: str = "query, key") -> Any:
+    """``Q Kᵀ · factor``: (..., q_len, head_dim) @ (..., head_dim, k_len) -> (..., q_len, k_len).
+
+    Raises ``ValueError`` instead of returning inf when the product overflows.
+    """
+    if is_tensor(query):
+        scores = (query @ _swap_last(key)) * factor  # (..., q_len, k_len)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):  # reported below instead
+            scores = (query @ _swap_last(key)) * factor  # (..., q_len, k_len)
+    _check_scores_finite(scores, names)
+    return scores
+
+
+def _check_scores_finite(scores: Any, names: str) -> None:
+    """``ValueError`` if the scores overflowed (finite inputs, inf product)."""
     finite = (
         bool(torch.isfinite(scores).all()) if is_tensor(scores) else bool(np.isfinite(scores).all())
     )
     if not finite:
         raise ValueError(
-            f"query, key: the scores overflowed to inf (shape {shape_of(scores)}); "
+            f"{names}: the scores overflowed to inf (shape {shape_of(scores)}); "
             "the inputs are too large for their dtype"
         )
 
@@ -223,8 +239,7 @@ def simple_self_attention(x: Any) -> tuple[Any, Any]:
             scores overflow.
     """
     _check_operand("x", x, "(..., seq_len, d_model)")
-    scores = x @ _swap_last(x)  # (..., seq_len, d_model) @ (..., d_model, seq_len)
-    _check_scores_finite(scores)
+    scores = _scores(x, x, 1.0, "x")  # unscaled X Xᵀ: (..., seq_len, seq_len)
     weights = softmax(scores, axis=-1)  # (..., seq_len, seq_len)
     context = weights @ x  # (..., seq_len, d_model)
     return context, weights
@@ -248,9 +263,7 @@ def attention_scores(query: Any, key: Any, *, scale: float | None = None) -> Any
     """
     _check_qk(query, key)
     factor = _resolve_scale(scale, shape_of(query)[-1])
-    scores = (query @ _swap_last(key)) * factor  # (..., q_len, hd) @ (..., hd, k_len)
-    _check_scores_finite(scores)
-    return scores
+    return _scores(query, key, factor)
 
 
 def scaled_dot_product_attention(
@@ -317,8 +330,7 @@ def scaled_dot_product_attention(
         mask = _prepare_mask(mask, query, scores_shape)
 
     # 2. scores S = Q Kᵀ · scale
-    scores = (query @ _swap_last(key)) * factor  # (..., q_len, hd) @ (..., hd, k_len)
-    _check_scores_finite(scores)
+    scores = _scores(query, key, factor)  # (..., q_len, k_len)
 
     # 3. mask: blocked scores become -inf, so softmax gives them weight 0
     if mask is not None:

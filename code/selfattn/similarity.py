@@ -127,6 +127,13 @@ def cosine_similarity(a: Any, b: Any | None = None) -> Any:
             names the argument and the row), plus the checks in the module
             docstring.
         TypeError: see the module docstring.
+
+    Example:
+        >>> import numpy as np
+        >>> cosine_similarity(np.array([[1.0, 0.0], [1.0, 1.0], [-2.0, 0.0]])).round(4)
+        array([[ 1.    ,  0.7071, -1.    ],
+               [ 0.7071,  1.    , -0.7071],
+               [-1.    , -0.7071,  1.    ]])
     """
     b_checked = _check_pair(a, b)
     norm_a = _row_norms("a", a)  # (n, 1)
