@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from selfattn import (
     attention_scores,
     causal_mask,

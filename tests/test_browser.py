@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+
 from sitetools import (
     CHROMIUM_ARGS,
     HTML,

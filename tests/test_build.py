@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from sitetools import CHAPTERS, HTML, ROOT, code_cells, require_built_site
 
 pytestmark = pytest.mark.build

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+
 from selfattn import (
     causal_mask,
     combine_masks,

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+
 from sitetools import (
     CHAPTERS,
     CHROMIUM_ARGS,

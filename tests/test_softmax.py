@@ -18,6 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
 from selfattn import log_softmax, softmax
 
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-15), np.float32: dict(rtol=1e-5, atol=1e-6)}
