@@ -16,7 +16,6 @@ SPHINXOPTS ?= -n -W --keep-going -j 1
 STAMP   := $(VENV)/.stamp-$(shell cat requirements-lock.txt pyproject.toml | cksum | cut -d' ' -f1)
 
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 export OMP_NUM_THREADS ?= 2
 
 .PHONY: html test test-fast serve clean lint venv browser-deps lock

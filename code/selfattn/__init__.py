@@ -9,6 +9,14 @@ from selfattn.attention import (
     scaled_dot_product_attention,
     simple_self_attention,
 )
+from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
+from selfattn.language_model import (
+    LMConfig,
+    TinyLM,
+    TransformerBlock,
+    evaluate_perplexity,
+    train_language_model,
+)
 from selfattn.masks import (
     causal_mask,
     combine_masks,
@@ -16,6 +24,27 @@ from selfattn.masks import (
     padding_mask,
     to_additive_mask,
     to_blocked_mask,
+)
+from selfattn.modules import (
+    CausalSelfAttention,
+    KVCache,
+    MultiHeadAttention,
+    MultiHeadAttentionConfig,
+    SelfAttention,
+    merge_heads,
+    split_heads,
+)
+from selfattn.perplexity import (
+    bits_per_token,
+    negative_log_likelihood,
+    perplexity,
+    token_nll,
+)
+from selfattn.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    sinusoidal_encoding,
+    sinusoidal_shift_matrix,
 )
 from selfattn.similarity import cosine_similarity, dot_similarity, scaled_dot_similarity
 from selfattn.softmax import log_softmax, softmax
@@ -25,8 +54,19 @@ __all__ = [
     "attention_scores",
     "scaled_dot_product_attention",
     "simple_self_attention",
+    # data (synthetic Markov language, tokenizer, batches)
+    "CharTokenizer",
+    "MarkovSource",
+    "batches",
+    "fit_bigram",
     # examples (submodule: the worked-example inputs)
     "examples",
+    # language_model (tiny decoder-only transformer)
+    "LMConfig",
+    "TinyLM",
+    "TransformerBlock",
+    "evaluate_perplexity",
+    "train_language_model",
     # masks
     "causal_mask",
     "combine_masks",
@@ -34,8 +74,26 @@ __all__ = [
     "padding_mask",
     "to_additive_mask",
     "to_blocked_mask",
+    # modules (torch layers)
+    "CausalSelfAttention",
+    "KVCache",
+    "MultiHeadAttention",
+    "MultiHeadAttentionConfig",
+    "SelfAttention",
+    "merge_heads",
+    "split_heads",
+    # perplexity
+    "bits_per_token",
+    "negative_log_likelihood",
+    "perplexity",
+    "token_nll",
     # plotting (submodule: tables and figures)
     "plotting",
+    # positional
+    "LearnedPositionalEmbedding",
+    "SinusoidalPositionalEncoding",
+    "sinusoidal_encoding",
+    "sinusoidal_shift_matrix",
     # similarity
     "cosine_similarity",
     "dot_similarity",

@@ -101,9 +101,9 @@ class TokenEmbeddings:
 class Projections:
     """The query, key and value projections of a worked example."""
 
-    W_Q: np.ndarray  # (d_model, head_dim) float64, read-only; Q = E @ W_Q
-    W_K: np.ndarray  # (d_model, head_dim) float64, read-only; K = E @ W_K
-    W_V: np.ndarray  # (d_model, head_dim) float64, read-only; V = E @ W_V
+    w_q: np.ndarray  # (d_model, head_dim) float64, read-only; Q = E @ w_q
+    w_k: np.ndarray  # (d_model, head_dim) float64, read-only; K = E @ w_k
+    w_v: np.ndarray  # (d_model, head_dim) float64, read-only; V = E @ w_v
     source: str  # which study note the numbers come from
 
 
@@ -204,9 +204,9 @@ def money_bank_projections() -> Projections:
     recomputed by the book.
     """
     return Projections(
-        W_Q=_frozen([[0.3, 0.6, 0.9], [0.1, 0.4, 0.7], [0.2, 0.5, 0.8]]),
-        W_K=_frozen([[0.5, 0.2, 0.1], [0.4, 0.3, 0.6], [0.7, 0.8, 0.9]]),
-        W_V=_frozen([[0.6, 0.1, 0.4], [0.3, 0.5, 0.2], [0.8, 0.7, 0.9]]),
+        w_q=_frozen([[0.3, 0.6, 0.9], [0.1, 0.4, 0.7], [0.2, 0.5, 0.8]]),
+        w_k=_frozen([[0.5, 0.2, 0.1], [0.4, 0.3, 0.6], [0.7, 0.8, 0.9]]),
+        w_v=_frozen([[0.6, 0.1, 0.4], [0.3, 0.5, 0.2], [0.8, 0.7, 0.9]]),
         source=_NOTE_004,
     )
 

@@ -244,15 +244,18 @@ class MatrixTable:
                       "font-family:var(--pst-font-family-monospace, monospace);border:none")
         head_style = "padding:0.15em 0.6em;text-align:right;white-space:nowrap;border:none"
         row_head_style = "padding:0.15em 0.6em;text-align:left;white-space:nowrap;border:none"
-        parts = [
-            '<div class="selfattn-matrix" style="overflow-x:auto;max-width:100%;'
-            'margin:0.25em 0 0.75em 0">',
-            '<table style="border-collapse:collapse;width:auto;margin:0;'
-            'font-variant-numeric:tabular-nums;font-size:0.9em">',
-        ]
+        label = ""
+        parts = ['<div class="selfattn-matrix" style="overflow-x:auto;max-width:100%;'
+                 'margin:0.25em 0 0.75em 0">']
         if self.title is not None:
-            parts.append('<caption style="caption-side:top;text-align:left;font-weight:600;'
-                         f'padding:0 0 0.25em 0.6em">{html.escape(self.title)}</caption>')
+            # the title sits above the table (a <caption> would wrap to the table's
+            # width); the table carries it as its accessible name
+            title = html.escape(self.title)
+            parts.append('<div class="selfattn-matrix-title" style="font-weight:600;'
+                         f'padding:0 0 0.25em 0.6em">{title}</div>')
+            label = f' aria-label="{title}"'
+        parts.append(f'<table{label} style="border-collapse:collapse;width:auto;margin:0;'
+                     'font-variant-numeric:tabular-nums;font-size:0.9em">')
         if self.col_labels is not None:
             header = "".join(f'<th scope="col" style="{head_style}">{html.escape(c)}</th>'
                              for c in self.col_labels)
@@ -261,12 +264,12 @@ class MatrixTable:
                          f'{corner}{header}</tr></thead>')
         parts.append("<tbody>")
         for i, row in enumerate(cells):
-            label = ""
+            row_head = ""
             if self.row_labels is not None:
-                label = (f'<th scope="row" style="{row_head_style}">'
-                         f"{html.escape(self.row_labels[i])}</th>")
+                row_head = (f'<th scope="row" style="{row_head_style}">'
+                            f"{html.escape(self.row_labels[i])}</th>")
             body = "".join(f'<td style="{cell_style}">{html.escape(c)}</td>' for c in row)
-            parts.append(f"<tr>{label}{body}</tr>")
+            parts.append(f"<tr>{row_head}{body}</tr>")
         parts.append("</tbody></table></div>")
         return "".join(parts)
 
@@ -365,8 +368,8 @@ def _draw_heatmap(ax: Axes, values: np.ndarray, rows: tuple[str, ...] | None,
                   title: str | None) -> Any:
     import matplotlib as mpl
 
-    colormap = mpl.colormaps[cmap].copy()
-    colormap.set_bad("#d9d9d9")  # non-finite entries (e.g. masked scores) in light grey
+    # non-finite entries (e.g. masked -inf scores) are drawn light grey
+    colormap = mpl.colormaps[cmap].with_extremes(bad="#d9d9d9")
     shown = np.ma.masked_invalid(values.astype(float))
     image = ax.imshow(shown, cmap=colormap, vmin=lo, vmax=hi, aspect="auto",
                       interpolation="nearest")
@@ -389,7 +392,9 @@ def _draw_heatmap(ax: Axes, values: np.ndarray, rows: tuple[str, ...] | None,
     if title is not None:
         ax.set_title(title)
     if annotate:
-        size = 10 if max(n_rows, n_cols) <= 6 else (8 if max(n_rows, n_cols) <= 10 else 6)
+        # font size from the width of one cell, so that numbers never collide
+        cell_pt = ax.get_position().width * ax.figure.get_figwidth() * 72 / n_cols
+        size = max(5.5, min(10.0, 0.28 * cell_pt))
         for i in range(n_rows):
             for j in range(n_cols):
                 v = values[i, j]
@@ -616,10 +621,11 @@ def plot_vectors_2d(
     ax: Axes | None = None,
     title: str | None = None,
     *,
+    colors: Mapping[str, str] | None = None,
     before_label: str = "before",
     after_label: str = "after",
     after_suffix: str = "\u2032",
-    legend: bool = True,
+    legend: bool | str = True,
 ) -> Axes:
     """Draw 2-D vectors as arrows from the origin, each labelled with its name.
 
@@ -633,15 +639,21 @@ def plot_vectors_2d(
             also in ``vectors`` keeps its colour.
         ax: Axes to draw on; None creates a new square figure.
         title: optional title.
+        colors: optional dict name -> matplotlib colour, to give a word the same
+            colour in several panels; names left out get the next colours of
+            the default cycle.
         before_label, after_label: legend entries for solid and dashed arrows.
         after_suffix: appended to the names of the dashed arrows.
-        legend: draw the solid/dashed legend (only when ``after`` is given).
+        legend: draw the solid/dashed legend (only when ``after`` is given):
+            True places it where matplotlib finds room ("best"), a string is
+            a matplotlib location such as ``"upper left"``, False omits it.
 
     Returns:
         The Axes, with equal aspect so that angles and lengths look right.
 
     Raises:
-        TypeError: ``vectors`` / ``after`` is not a non-empty dict.
+        TypeError: ``vectors`` / ``after`` is not a non-empty dict; ``colors``
+            is not a dict.
         ValueError: a vector does not have shape ``(2,)`` or is not finite (the
             message names the dict and the key).
     """
@@ -650,11 +662,16 @@ def plot_vectors_2d(
 
     solid = _as_vector_dict("vectors", vectors)
     dashed = _as_vector_dict("after", after) if after is not None else {}
+    if colors is not None and not isinstance(colors, Mapping):
+        raise TypeError(f"colors: expected a dict name -> colour, got {type(colors).__name__}")
     if ax is None:
         _, ax = plt.subplots(figsize=(5.0, 5.0))
     palette = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0", "C1", "C2"])
     names = list(dict.fromkeys([*solid, *dashed]))
-    colors = {name: palette[i % len(palette)] for i, name in enumerate(names)}
+    chosen = dict(colors) if colors is not None else {}
+    free = iter([c for c in palette if c not in chosen.values()] or palette)
+    color_of = {name: chosen[name] if name in chosen else next(free, "#444444")
+                for name in names}
     points = [np.zeros(2), *solid.values(), *dashed.values()]
     span = max(float(np.max(np.abs(np.stack(points)))), 1e-9)
 
@@ -669,9 +686,9 @@ def plot_vectors_2d(
                 va="center", fontsize=11, fontweight="bold" if style == "-" else "normal")
 
     for name, v in solid.items():
-        arrow(v, colors[name], "-", name)
+        arrow(v, color_of[name], "-", name)
     for name, v in dashed.items():
-        arrow(v, colors[name], "--", name + after_suffix)
+        arrow(v, color_of[name], "--", name + after_suffix)
     stack = np.stack(points)
     pad = 0.18 * span
     ax.set_xlim(min(stack[:, 0].min(), 0.0) - pad, max(stack[:, 0].max(), 0.0) + pad)
@@ -686,5 +703,5 @@ def plot_vectors_2d(
     if dashed and legend:
         handles = [Line2D([], [], color="#444444", lw=2.0, linestyle="-", label=before_label),
                    Line2D([], [], color="#444444", lw=2.0, linestyle="--", label=after_label)]
-        ax.legend(handles=handles, loc="best")
+        ax.legend(handles=handles, loc="best" if legend is True else legend)
     return ax
