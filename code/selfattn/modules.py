@@ -678,7 +678,9 @@ class MultiHeadAttention(nn.Module):
                 ``(q_len, k_len)``, ``(batch, q_len, k_len)`` or
                 ``(batch, num_heads, q_len, k_len)``; size-1 dims broadcast
                 (a key padding mask is ``(batch, 1, 1, k_len)``, see
-                :func:`selfattn.masks.key_padding_to_attention_mask`). With a
+                :func:`selfattn.masks.key_padding_to_attention_mask`). Note: a 3-D
+                mask is ``(batch, q_len, k_len)`` shared by all heads, unlike
+                torch's ``(batch * num_heads, q_len, k_len)``. With a
                 ``kv_cache``, ``k_len`` counts the cached keys too. Combined
                 (AND) with the causal mask when ``causal=True``.
             need_weights: return the attention weights (else ``None``).

@@ -1,0 +1,613 @@
+"""Tests for selfattn.modules.
+
+Reference tests compare with torch.nn.MultiheadAttention (weights copied across)
+and with hand computation; property tests use hypothesis; bad-input tests check
+that each message names the argument and the shapes.
+
+Tolerances: float64 results agree to atol=1e-12 (a handful of roundings of
+O(1) numbers); float32 results to atol=1e-5 (about 100 float32 ulps of O(1)
+numbers, covering the different summation orders of the two implementations).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from selfattn.masks import causal_mask, combine_masks, key_padding_to_attention_mask, padding_mask
+from selfattn.modules import (
+    CausalSelfAttention,
+    KVCache,
+    MultiHeadAttention,
+    MultiHeadAttentionConfig,
+    SelfAttention,
+    merge_heads,
+    split_heads,
+)
+from selfattn.positional import SinusoidalPositionalEncoding
+
+TOL = {torch.float64: dict(rtol=0, atol=1e-12), torch.float32: dict(rtol=0, atol=1e-5)}
+DTYPES = [torch.float32, torch.float64]
+
+
+def _pair(d_model, num_heads, *, bias=True, dtype=torch.float64, seed=0):
+    """A torch MultiheadAttention and our copy of it, with non-zero biases."""
+    torch.manual_seed(seed)
+    ref = torch.nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)
+    if bias:  # torch initialises biases to 0; make them matter
+        with torch.no_grad():
+            ref.in_proj_bias.normal_()
+            ref.out_proj.bias.normal_()
+    ref = ref.to(dtype)
+    ours = MultiHeadAttention.from_torch(ref)
+    return ref.eval(), ours.eval()
+
+
+# ================================================================ split / merge heads
+
+
+def test_split_heads_shapes_and_columns():
+    x = torch.arange(2 * 3 * 8, dtype=torch.float32).reshape(2, 3, 8)
+    s = split_heads(x, 4)
+    assert s.shape == (2, 4, 3, 2)
+    for h in range(4):
+        torch.testing.assert_close(s[:, h], x[..., 2 * h : 2 * h + 2], rtol=0, atol=0)
+    # token 1 of batch 0 is [8..15]; head 2 gets columns 4, 5 -> values 12, 13
+    assert s[0, 2, 1].tolist() == [12.0, 13.0]
+
+
+def test_merge_heads_inverts_split():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 12)
+    for h in (1, 2, 3, 4, 6, 12):
+        torch.testing.assert_close(merge_heads(split_heads(x, h)), x, rtol=0, atol=0)
+    y = torch.randn(2, 3, 4, 5)  # (batch, heads, seq, head_dim)
+    torch.testing.assert_close(split_heads(merge_heads(y), 3), y, rtol=0, atol=0)
+    # merged token t = concat over heads
+    torch.testing.assert_close(merge_heads(y)[1, 2], torch.cat([y[1, i, 2] for i in range(3)]))
+
+
+# ================================================================ SelfAttention
+
+
+def test_self_attention_equals_hand_computation():
+    torch.manual_seed(0)
+    sa = SelfAttention(5, 3).double()
+    x = torch.randn(2, 4, 5, dtype=torch.float64)
+    w_q, w_k, w_v = sa.w_q.weight.T, sa.w_k.weight.T, sa.w_v.weight.T  # (d_in, d_out)
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    scores = q @ k.transpose(1, 2) / math.sqrt(3)
+    weights = torch.softmax(scores, dim=-1)
+    context, got_w = sa(x)
+    torch.testing.assert_close(got_w, weights, **TOL[torch.float64])
+    torch.testing.assert_close(context, weights @ v, **TOL[torch.float64])
+
+
+def test_self_attention_exact_small_numbers():
+    # X = I (2 tokens, d_in = 2), W_Q = W_K = W_V = I  ->  S = I / sqrt(2)
+    sa = SelfAttention(2, 2).double()
+    with torch.no_grad():
+        for lin in (sa.w_q, sa.w_k, sa.w_v):
+            lin.weight.copy_(torch.eye(2))
+    context, weights = sa(torch.eye(2, dtype=torch.float64))  # unbatched
+    e = math.exp(1 / math.sqrt(2))
+    expected = torch.tensor([[e, 1.0], [1.0, e]], dtype=torch.float64) / (e + 1)
+    torch.testing.assert_close(weights, expected, rtol=0, atol=1e-15)
+    torch.testing.assert_close(context, expected, rtol=0, atol=1e-15)  # A V with V = I
+    assert weights.shape == (2, 2) and context.shape == (2, 2)
+
+
+def test_self_attention_bias_and_mask():
+    torch.manual_seed(1)
+    sa = SelfAttention(4, 4, bias=True).double()
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    pad = padding_mask([3, 2], like=x)
+    mask = key_padding_to_attention_mask(pad, with_heads=False)  # (batch, 1, seq_len)
+    _, w = sa(x, mask=mask)
+    assert torch.all(w[1, :, 2] == 0)  # padding key of sequence 1 gets no weight
+    q = x @ sa.w_q.weight.T + sa.w_q.bias
+    k = x @ sa.w_k.weight.T + sa.w_k.bias
+    s = (q @ k.transpose(1, 2) / 2.0).masked_fill(~mask, float("-inf"))
+    torch.testing.assert_close(w, torch.softmax(s, -1), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_self_attention_fused_agrees(dtype):
+    torch.manual_seed(2)
+    sa = SelfAttention(6, 4).to(dtype)
+    x = torch.randn(3, 5, 6, dtype=dtype)
+    mask = causal_mask(5)  # NumPy bool mask is accepted
+    ctx, _ = sa(x, mask)
+    sa.use_fused = True
+    ctx_f, w_f = sa(x, mask)
+    assert w_f is None
+    torch.testing.assert_close(ctx_f, ctx, **TOL[dtype])
+
+
+# ================================================================ CausalSelfAttention
+
+
+def test_causal_self_attention_weights_are_lower_triangular_and_padding_masked():
+    torch.manual_seed(3)
+    csa = CausalSelfAttention(4, 4).double().eval()
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    pad = padding_mask([5, 3])
+    _, w = csa(x, padding_mask=pad)
+    upper = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+    assert torch.all(w[:, upper] == 0)
+    assert torch.all(w[1, :, 3:] == 0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 5, dtype=torch.float64))
+    assert w[0, 0, 0] == 1.0  # the first token can only look at itself
+    # equals SelfAttention (same weights) with an explicit combined mask
+    sa = SelfAttention(4, 4).double()
+    sa.load_state_dict(csa.state_dict())
+    mask = combine_masks(causal_mask(5), key_padding_to_attention_mask(pad, with_heads=False))
+    ctx_ref, w_ref = sa(x, mask)
+    ctx, _ = csa(x, padding_mask=pad)
+    torch.testing.assert_close(ctx, ctx_ref, **TOL[torch.float64])
+    torch.testing.assert_close(w, w_ref, **TOL[torch.float64])
+
+
+def test_causal_self_attention_unbatched_equals_batch_of_one():
+    torch.manual_seed(7)
+    csa = CausalSelfAttention(4, 2).double()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    pad = torch.tensor([True, True, True, False, False])
+    ctx, w = csa(x, padding_mask=pad)
+    ctx_b, w_b = csa(x[None], padding_mask=pad[None])
+    assert ctx.shape == (5, 2) and w.shape == (5, 5)
+    torch.testing.assert_close(ctx, ctx_b[0], rtol=0, atol=0)
+    torch.testing.assert_close(w, w_b[0], rtol=0, atol=0)
+    assert torch.all(w[:, 3:] == 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_causal_self_attention_fused_agrees(dtype):
+    torch.manual_seed(4)
+    csa = CausalSelfAttention(6, 4, dropout=0.3).to(dtype).eval()
+    x = torch.randn(2, 7, 6, dtype=dtype)
+    pad = padding_mask([7, 4])
+    ctx, _ = csa(x, pad)
+    csa.use_fused = True
+    torch.testing.assert_close(csa(x, pad)[0], ctx, **TOL[dtype])
+
+
+def test_dropout_keeps_expectation_and_scales_survivors():
+    torch.manual_seed(5)
+    p, n = 0.4, 2000
+    csa = CausalSelfAttention(4, 4, dropout=p).double()
+    x = torch.randn(1, 6, 4, dtype=torch.float64)
+    csa.eval()
+    ctx_eval, w = csa(x)
+    csa.train()
+    with torch.no_grad():  # a batch of n copies of x draws n independent dropout masks
+        ctx_samples, samples = csa(x.expand(n, 6, 4))  # (n, 6, 4), (n, 6, 6)
+    # survivors are exactly w / (1 - p); dropped entries are 0
+    kept = samples != 0
+    ratio = samples[kept] / w.expand_as(samples)[kept]  # w: (1, 6, 6)
+    torch.testing.assert_close(ratio, torch.full_like(ratio, 1 / (1 - p)), rtol=1e-12, atol=0)
+    assert abs(1 - kept[:, w[0] > 0].double().mean().item() - p) < 0.02  # drop rate ~ p
+    # E[dropped] = w, with std w*sqrt(p/(1-p)): mean of n is within 5 standard errors
+    se = w * math.sqrt(p / (1 - p) / n)
+    assert torch.all((samples.mean(0) - w).abs() <= 5 * se + 1e-15)
+    # the context is linear in the weights, so its expectation is the eval context
+    ctx_mean, ctx_se = ctx_samples.mean(0), ctx_samples.std(0) / math.sqrt(n)
+    assert torch.all((ctx_mean - ctx_eval[0]).abs() <= 5 * ctx_se + 1e-12)
+
+
+def test_eval_mode_is_deterministic_and_equals_no_dropout():
+    torch.manual_seed(6)
+    x = torch.randn(2, 5, 4)
+    csa = CausalSelfAttention(4, 3, dropout=0.5)
+    plain = CausalSelfAttention(4, 3, dropout=0.0)
+    plain.load_state_dict(csa.state_dict())
+    csa.eval()
+    a, wa = csa(x)
+    b, wb = csa(x)
+    assert torch.equal(a, b) and torch.equal(wa, wb)
+    torch.testing.assert_close(a, plain(x)[0], rtol=0, atol=0)
+    csa.train()
+    assert not torch.equal(csa(x)[1], wa)  # dropout is active in training
+
+
+# ================================================================ MultiHeadAttention vs torch
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_mha_matches_torch_no_mask(dtype, bias):
+    ref, ours = _pair(16, 4, bias=bias, dtype=dtype)
+    torch.manual_seed(10)
+    q = torch.randn(2, 5, 16, dtype=dtype)
+    kv = torch.randn(2, 7, 16, dtype=dtype)
+    v = torch.randn(2, 7, 16, dtype=dtype)
+    out_ref, w_ref = ref(q, kv, v)
+    out, w = ours(q, kv, v)
+    torch.testing.assert_close(out, out_ref, **TOL[dtype])
+    torch.testing.assert_close(w, w_ref, **TOL[dtype])
+    _, wh_ref = ref(q, kv, v, average_attn_weights=False)
+    _, wh = ours(q, kv, v, average_weights=False)
+    assert wh.shape == (2, 4, 5, 7)
+    torch.testing.assert_close(wh, wh_ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_mha_matches_torch_with_padding_and_causal_masks(dtype, bias):
+    ref, ours = _pair(24, 3, bias=bias, dtype=dtype, seed=1)
+    torch.manual_seed(11)
+    x = torch.randn(3, 6, 24, dtype=dtype)
+    pad = padding_mask([6, 4, 1], like=x)  # True = real token (book)
+    causal = causal_mask(6, like=x)  # True = may attend (book)
+    # torch.nn.MultiheadAttention: True = NOT allowed / IS padding -> flip both
+    kw = dict(attn_mask=~causal, key_padding_mask=~pad)
+    out_ref, w_ref = ref(x, x, x, **kw)
+    _, wh_ref = ref(x, x, x, average_attn_weights=False, **kw)
+    mask = combine_masks(causal, key_padding_to_attention_mask(pad))  # (3, 1, 6, 6)
+    out, w = ours(x, mask=mask)
+    _, wh = ours(x, mask=mask, average_weights=False)
+    torch.testing.assert_close(out, out_ref, **TOL[dtype])
+    torch.testing.assert_close(w, w_ref, **TOL[dtype])
+    torch.testing.assert_close(wh, wh_ref, **TOL[dtype])
+    # a causal layer needs only the padding part of the mask
+    ours.causal = True
+    out_c, wh_c = ours(x, mask=key_padding_to_attention_mask(pad), average_weights=False)
+    torch.testing.assert_close(out_c, out_ref, **TOL[dtype])
+    torch.testing.assert_close(wh_c, wh_ref, **TOL[dtype])
+
+
+def test_mha_matches_torch_with_additive_mask_and_unbatched():
+    ref, ours = _pair(8, 2, dtype=torch.float64, seed=2)
+    torch.manual_seed(12)
+    x = torch.randn(4, 8, dtype=torch.float64)  # unbatched
+    bias = torch.randn(4, 4, dtype=torch.float64)  # additive float mask, same in both
+    out_ref, w_ref = ref(x, x, x, attn_mask=bias)
+    out, w = ours(x, mask=bias)
+    assert out.shape == (4, 8) and w.shape == (4, 4)
+    torch.testing.assert_close(out, out_ref, **TOL[torch.float64])
+    torch.testing.assert_close(w, w_ref, **TOL[torch.float64])
+
+
+def test_copy_from_torch_places_in_proj_rows():
+    ref, ours = _pair(6, 2, dtype=torch.float32, seed=3)
+    w = ref.in_proj_weight.detach()
+    assert torch.equal(ours.w_k.weight, w[6:12])
+    assert torch.equal(ours.w_v.bias, ref.in_proj_bias[12:18])
+    # the book's W_Q = w_q.weight.T maps a row x to x @ W_Q
+    x = torch.randn(1, 6)
+    torch.testing.assert_close(ours.w_q(x), x @ w[:6].T + ref.in_proj_bias[:6])
+    assert ours.config == MultiHeadAttentionConfig(6, 2, 0.0, True, False, False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mha_fused_agrees_with_readable(dtype):
+    torch.manual_seed(13)
+    mha = MultiHeadAttention(16, 4, dropout=0.2).to(dtype).eval()
+    x = torch.randn(2, 6, 16, dtype=dtype)
+    mem = torch.randn(2, 9, 16, dtype=dtype)
+    pad = key_padding_to_attention_mask(padding_mask([9, 5], like=x))
+    cases = [dict(), dict(key=mem, mask=pad), dict(mask=causal_mask(6, like=x))]
+    for kw in cases:
+        mha.use_fused = False
+        out, _ = mha(x, **kw)
+        mha.use_fused = True
+        out_f, w_f = mha(x, **kw)
+        assert w_f is None
+        torch.testing.assert_close(out_f, out, **TOL[dtype])
+    mha.use_fused, mha.causal = False, True
+    out, _ = mha(x)
+    mha.use_fused = True
+    torch.testing.assert_close(mha(x)[0], out, **TOL[dtype])
+
+
+def test_fully_masked_query_row_gives_zeros_not_nan():
+    torch.manual_seed(14)
+    mha = MultiHeadAttention(8, 2, bias=False).double()
+    x = torch.randn(1, 3, 8, dtype=torch.float64)
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    mask[1] = False  # query 1 may attend nothing
+    additive = torch.zeros(3, 3, dtype=torch.float64).masked_fill(~mask, float("-inf"))
+    for fused in (False, True):
+        mha.use_fused = fused
+        for m in (mask, additive):
+            out, _ = mha(x, mask=m)
+            assert torch.all(out[0, 1] == 0)  # no bias: W_O @ 0 = 0
+            assert torch.isfinite(out).all()
+            assert torch.all(out[0, [0, 2]].abs().sum(-1) > 0)  # other rows are not zeroed
+
+
+def test_need_weights_false_returns_none_and_same_output():
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8)
+    out, w = mha(x, need_weights=False)
+    assert w is None
+    torch.testing.assert_close(out, mha(x)[0], rtol=0, atol=0)
+
+
+def test_gradcheck_multi_head_attention_float64():
+    torch.manual_seed(15)
+    mha = MultiHeadAttention(6, 2, causal=True).double()
+    x = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
+    mem = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
+    pad = key_padding_to_attention_mask(padding_mask([5, 3], like=x))
+    assert torch.autograd.gradcheck(lambda a: mha(a)[0], (x,))
+    assert torch.autograd.gradcheck(lambda a, b: mha(a, b, mask=pad)[0], (x, mem))
+    # gradients with respect to the parameters, through torch.func.functional_call
+    names = [n for n, _ in mha.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in mha.parameters())
+
+    def f(*ps):
+        return torch.func.functional_call(mha, dict(zip(names, ps, strict=True)), (x.detach(),))[0]
+
+    assert torch.autograd.gradcheck(f, params)
+
+
+# ================================================================ KV cache
+
+
+def test_kv_cache_basics():
+    cache = KVCache()
+    assert len(cache) == 0 and cache.keys is None
+    k1, v1 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
+    k2, v2 = torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5)
+    cache.append(k1, v1)
+    keys, values = cache.append(k2, v2)
+    assert len(cache) == 5 and keys.shape == (2, 3, 5, 5)
+    assert torch.equal(keys[:, :, 4:], k2) and torch.equal(values[:, :, :4], v1)
+    cache.reset()
+    assert len(cache) == 0 and cache.values is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    seq_len=st.integers(1, 8),
+    heads=st.sampled_from([1, 2, 4]),
+    prefill=st.integers(0, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_kv_cache_token_by_token_equals_full(batch, seq_len, heads, prefill, seed):
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(8, heads, causal=True).double().eval()
+    x = torch.randn(batch, seq_len, 8, dtype=torch.float64)
+    full, w_full = mha(x, average_weights=False)
+    cache = KVCache()
+    p = min(prefill, seq_len)
+    outs, ws = [], []
+    if p:  # a prompt processed in one call, then one token at a time
+        o, w = mha(x[:, :p], kv_cache=cache, average_weights=False)
+        outs.append(o)
+        ws.extend(w[:, :, i, : p] for i in range(p))
+    for t in range(p, seq_len):
+        o, w = mha(x[:, t : t + 1], kv_cache=cache, average_weights=False)
+        assert w.shape == (batch, heads, 1, t + 1) and len(cache) == t + 1
+        outs.append(o)
+        ws.append(w[:, :, 0])
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=0, atol=1e-12)
+    for i, w in enumerate(ws):
+        torch.testing.assert_close(w, w_full[:, :, i, : w.shape[-1]], rtol=0, atol=1e-12)
+
+
+def test_kv_cache_with_fused_path_and_positional_offset():
+    torch.manual_seed(16)
+    pe = SinusoidalPositionalEncoding(8, max_len=16)
+    mha = MultiHeadAttention(8, 2, causal=True, use_fused=True).eval()
+    x = torch.randn(2, 6, 8)
+    full, _ = mha(pe(x))
+    cache = KVCache()
+    steps = [mha(pe(x[:, t : t + 1], offset=len(cache)), kv_cache=cache)[0] for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, **TOL[torch.float32])
+
+
+# ================================================================ properties
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    q_len=st.integers(1, 6),
+    k_len=st.integers(1, 6),
+    heads=st.sampled_from([1, 2, 3]),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_weights_rows_sum_to_one(batch, q_len, k_len, heads, causal, seed):
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(6, heads, causal=causal).double()
+    q = torch.randn(batch, q_len, 6, dtype=torch.float64) * 3
+    kv = torch.randn(batch, k_len, 6, dtype=torch.float64) * 3
+    _, w = mha(q, kv, average_weights=False)
+    assert torch.all(w >= 0)
+    rows = w.sum(-1)
+    if causal and k_len < q_len:  # the first q_len - k_len queries see no key at all
+        blocked = q_len - k_len
+        assert torch.all(rows[..., :blocked] == 0)
+        rows = rows[..., blocked:]
+    torch.testing.assert_close(rows, torch.ones_like(rows), rtol=0, atol=1e-12)
+    csa = CausalSelfAttention(6, 4).double()
+    _, w1 = csa(q)
+    torch.testing.assert_close(w1.sum(-1), torch.ones(batch, q_len, dtype=torch.float64))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seq_len=st.integers(2, 8), cut=st.integers(0, 6), seed=st.integers(0, 2**16))
+def test_causal_future_tokens_do_not_change_the_past(seq_len, cut, seed):
+    cut = min(cut, seq_len - 2)  # keep tokens 0..cut, change tokens cut+1..
+    torch.manual_seed(seed)
+    x = torch.randn(2, seq_len, 8, dtype=torch.float64)
+    y = x.clone()
+    y[:, cut + 1 :] = torch.randn_like(y[:, cut + 1 :]) * 5
+    mha = MultiHeadAttention(8, 2, causal=True).double()
+    csa = CausalSelfAttention(8, 4).double()
+    for layer in (mha, csa):
+        a, b = layer(x)[0], layer(y)[0]
+        torch.testing.assert_close(a[:, : cut + 1], b[:, : cut + 1], rtol=0, atol=1e-13)
+        assert (a[:, cut + 1 :] - b[:, cut + 1 :]).abs().max() > 1e-6  # the future did change
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    perm=st.permutations(list(range(6))).filter(lambda p: p != list(range(6))),
+    seed=st.integers(0, 2**16),
+)
+def test_permutation_equivariance_without_positions_only(perm, seed):
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(8, 2).double()
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    idx = torch.tensor(perm)
+    out, w = mha(x)
+    out_p, w_p = mha(x[:, idx])
+    # permuting the tokens permutes the outputs (rows) and the weights (rows and columns)
+    torch.testing.assert_close(out_p, out[:, idx], rtol=0, atol=1e-12)
+    torch.testing.assert_close(w_p, w[:, idx][:, :, idx], rtol=0, atol=1e-12)
+    # with sinusoidal positions added, the same permutation changes the outputs
+    pe = SinusoidalPositionalEncoding(8, max_len=6)
+    enc, enc_p = mha(pe(x))[0], mha(pe(x[:, idx]))[0]
+    assert (enc_p - enc[:, idx]).abs().max() > 1e-4
+
+
+# ================================================================ bad input
+
+
+def raises(exc, *parts):
+    """pytest.raises whose message must contain every literal part, in order."""
+    return pytest.raises(exc, match=".*".join(re.escape(p) for p in parts))
+
+
+def test_bad_input_wrong_d_in_of_x():
+    sa = SelfAttention(5, 3)
+    with raises(ValueError, "x: expected last dimension 5 (d_in), got shape (2, 4, 6)"):
+        sa(torch.zeros(2, 4, 6))
+    with raises(ValueError, "x: expected shape (batch, seq_len, d_in)", "(1, 2, 4, 5)"):
+        sa(torch.zeros(1, 2, 4, 5))
+
+
+def test_bad_input_wrong_d_model_of_query_key_value():
+    mha = MultiHeadAttention(8, 2)
+    with raises(ValueError, "query: expected last dimension 8 (d_model)", "(2, 3, 6)"):
+        mha(torch.zeros(2, 3, 6))
+    with raises(ValueError, "value: expected last dimension 8 (d_model)", "(2, 3, 4)"):
+        mha(torch.zeros(2, 3, 8), torch.zeros(2, 3, 8), torch.zeros(2, 3, 4))
+
+
+def test_bad_input_num_heads_not_dividing_d_model():
+    with raises(ValueError, "num_heads: num_heads=3 does not divide d_model=10"):
+        MultiHeadAttention(10, 3)
+    with raises(ValueError, "num_heads=4 does not divide d_model=6", "(1, 2, 6)"):
+        split_heads(torch.zeros(1, 2, 6), 4)
+
+
+def test_bad_input_wrong_mask_shape():
+    mha = MultiHeadAttention(8, 2)
+    x = torch.zeros(2, 3, 8)
+    msg = "mask: expected a shape broadcastable to (batch, num_heads, q_len, k_len) = "
+    with raises(ValueError, msg + "(2, 2, 3, 3), got shape (3, 4)"):
+        mha(x, mask=torch.ones(3, 4, dtype=torch.bool))
+    with raises(ValueError, msg + "(2, 2, 3, 3), got shape (2, 3, 1, 3)"):
+        mha(x, mask=torch.ones(2, 3, 1, 3, dtype=torch.bool))  # 3 heads, layer has 2
+    with raises(ValueError, "mask: expected shape (q_len, k_len)", "got shape (3,)"):
+        mha(x, mask=torch.ones(3, dtype=torch.bool))
+    sa = SelfAttention(8, 4)
+    with raises(ValueError, "mask: ", "(batch, seq_len, seq_len) = (2, 3, 3), got shape (2, 2)"):
+        sa(x, mask=torch.ones(2, 2, dtype=torch.bool))
+
+
+def test_bad_input_mask_dtype():
+    mha = MultiHeadAttention(8, 2)
+    x = torch.zeros(1, 3, 8)
+    with raises(TypeError, "mask: expected a bool mask", "got dtype torch.int64 with shape (3, 3)"):
+        mha(x, mask=torch.ones(3, 3, dtype=torch.long))
+    with raises(ValueError, "mask: an additive mask", "NaN or +inf (shape (3, 3))"):
+        mha(x, mask=torch.full((3, 3), float("nan")))
+
+
+def test_bad_input_kv_cache_batch_mismatch():
+    mha = MultiHeadAttention(8, 2, causal=True)
+    cache = KVCache()
+    mha(torch.zeros(2, 3, 8), kv_cache=cache)
+    with raises(
+        ValueError,
+        "kv_cache: holds keys of shape (batch, num_heads, cached_len, head_dim) = (2, 2, 3, 4), "
+        "expected (3, 2, 3, 4) for query of shape (3, 1, 8)",
+    ):
+        mha(torch.zeros(3, 1, 8), kv_cache=cache)
+    other = MultiHeadAttention(8, 4)  # head_dim 2 instead of 4
+    with raises(ValueError, "kv_cache: ", "(2, 2, 3, 4), expected (2, 4, 3, 2)"):
+        other(torch.zeros(2, 1, 8), kv_cache=cache)
+    with raises(TypeError, "kv_cache: expected a KVCache, got dict"):
+        mha(torch.zeros(2, 1, 8), kv_cache={})
+
+
+def test_bad_input_kv_cache_append_shapes():
+    cache = KVCache()
+    with raises(ValueError, "v: expected the shape of k (1, 2, 3, 4), got shape (1, 2, 3, 5)"):
+        cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
+    with raises(ValueError, "k: expected shape (batch, num_heads, new_len, head_dim)", "(2, 3, 4)"):
+        cache.append(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+    cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    with raises(
+        ValueError,
+        "k: expected shape",
+        "= (1, 2, 1, 4) to match the cache",
+        "= (1, 2, 3, 4), got shape (1, 2, 1, 6)",
+    ):
+        cache.append(torch.zeros(1, 2, 1, 6), torch.zeros(1, 2, 1, 6))
+
+
+def test_bad_input_key_value_mismatch():
+    mha = MultiHeadAttention(8, 2)
+    q = torch.zeros(2, 3, 8)
+    with raises(ValueError, "value: expected (batch, k_len) = (2, 5)", "got shape (2, 4, 8)"):
+        mha(q, torch.zeros(2, 5, 8), torch.zeros(2, 4, 8))
+    with raises(ValueError, "key: expected batch 2", "(2, 3, 8)", "got shape (1, 5, 8)"):
+        mha(q, torch.zeros(1, 5, 8))
+
+
+def test_bad_input_padding_mask_shape_and_dtype():
+    csa = CausalSelfAttention(4, 4)
+    x = torch.zeros(2, 3, 4)
+    with raises(
+        ValueError,
+        "padding_mask: expected shape (batch, seq_len) = (2, 3)",
+        "(2, 3, 4)",
+        "got shape (2, 4)",
+    ):
+        csa(x, padding_mask=torch.ones(2, 4, dtype=torch.bool))
+    with raises(TypeError, "padding_mask: expected a bool mask", "torch.float32 with shape (2, 3)"):
+        csa(x, padding_mask=torch.ones(2, 3))
+
+
+def test_bad_input_types_dtypes_and_settings():
+    mha = MultiHeadAttention(8, 2)
+    with raises(TypeError, "query: expected a torch.Tensor", "got ndarray"):
+        mha(np.zeros((1, 2, 8), dtype=np.float32))
+    with raises(TypeError, "query: expected dtype torch.float32", "got torch.float64 with shape"):
+        mha(torch.zeros(1, 2, 8, dtype=torch.float64))
+    with raises(TypeError, "x: expected a floating-point dtype, got torch.int64"):
+        SelfAttention(2, 2)(torch.zeros(3, 2, dtype=torch.long))
+    with raises(ValueError, "x: contains NaN or infinity (shape (2, 2))"):
+        SelfAttention(2, 2)(torch.tensor([[0.0, float("nan")], [0.0, 0.0]]))
+    with raises(ValueError, "dropout: expected a probability in [0, 1), got 1.0"):
+        CausalSelfAttention(4, 4, dropout=1.0)
+    with raises(ValueError, "dropout: expected a probability in [0, 1), got -0.1"):
+        MultiHeadAttention(8, 2, dropout=-0.1)
+    with raises(ValueError, "x: expected shape (batch, num_heads, seq_len, head_dim)", "(2, 3, 4)"):
+        merge_heads(torch.zeros(2, 3, 4))
+
+
+def test_bad_input_from_torch_options():
+    torch_mha = torch.nn.MultiheadAttention
+    with raises(ValueError, "module: kdim=4/vdim=4 differ from embed_dim=8"):
+        MultiHeadAttention.from_torch(torch_mha(8, 2, kdim=4, vdim=4))
+    with raises(ValueError, "module: add_bias_kv=True is not supported"):
+        MultiHeadAttention.from_torch(torch_mha(8, 2, add_bias_kv=True))
+    with raises(ValueError, "module: expected embed_dim=8, num_heads=4", "num_heads=2"):
+        MultiHeadAttention(8, 4).copy_from_torch(torch_mha(8, 2))
+    with raises(ValueError, "module: bias=False but this layer has bias=True"):
+        MultiHeadAttention(8, 2).copy_from_torch(torch_mha(8, 2, bias=False))
