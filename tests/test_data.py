@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
 from selfattn.perplexity import negative_log_likelihood, perplexity
 

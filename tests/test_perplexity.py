@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from selfattn.perplexity import bits_per_token, negative_log_likelihood, perplexity, token_nll
 
 

@@ -101,7 +101,7 @@ class MarkovSource:
                 f"transition: expected every row to sum to 1 (shape {p.shape}), "
                 f"row {int(bad[0])} sums to {float(sums[bad[0]])!r}"
             )
-        p = p / sums[:, None]
+        p = p / sums[:, None]  # (V, V) / (V, 1): renormalise each row exactly
         reach = p > 0  # reach[i, j]: j reachable from i in >= 1 step
         for _ in range(max(1, math.ceil(math.log2(max(p.shape[0], 2)))) + 1):
             reach = reach | ((reach.astype(np.int64) @ reach.astype(np.int64)) > 0)
@@ -263,7 +263,7 @@ class MarkovSource:
         cdf0 /= cdf0[-1]
         cdf = np.cumsum(self._p, axis=1)  # (V, V)
         cdf /= cdf[:, -1:]
-        out[:, 0] = (cdf0[None, :] <= u[:, :1]).sum(axis=1)
+        out[:, 0] = (cdf0[None, :] <= u[:, :1]).sum(axis=1)  # (1, V) vs (n, 1) -> (n,)
         for t in range(1, seq_len):
             rows = cdf[out[:, t - 1]]  # (num_sequences, V)
             out[:, t] = (rows <= u[:, t : t + 1]).sum(axis=1)
