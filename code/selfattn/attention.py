@@ -259,7 +259,8 @@ def attention_scores(query: Any, key: Any, *, scale: float | None = None) -> Any
         scores ``(..., q_len, k_len)``, same backend and dtype as the inputs.
 
     Raises:
-        TypeError, ValueError: see the module docstring.
+        ValueError: a bad shape (see the module docstring).
+        TypeError: a wrong type or dtype.
     """
     _check_qk(query, key)
     factor = _resolve_scale(scale, shape_of(query)[-1])
@@ -303,8 +304,9 @@ def scaled_dot_product_attention(
         NumPy in -> NumPy out, torch in -> torch out (differentiable).
 
     Raises:
-        TypeError, ValueError: see the module docstring; the message names the
-        argument, the shape seen and the shape expected.
+        ValueError: a bad shape, length or mask; the message names the argument,
+            the shape seen and the shape expected (see the module docstring).
+        TypeError: a wrong type or dtype, or mixed NumPy and torch inputs.
 
     Example:
         >>> import numpy as np

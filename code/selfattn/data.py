@@ -144,7 +144,8 @@ class MarkovSource:
             A :class:`MarkovSource` of ``vocab_size`` tokens.
 
         Raises:
-            TypeError / ValueError: a non-int or out-of-range argument.
+            TypeError: a wrong type or dtype.
+            ValueError: a non-int or out-of-range argument.
         """
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("branching", branching)
@@ -392,7 +393,7 @@ class CharTokenizer:
 
     @property
     def alphabet(self) -> str:
-        """The characters in id order: ``alphabet[i]`` is token ``i``."""
+        """The characters in id order; ``alphabet[i]`` is token ``i``."""
         return self._chars
 
     def encode(self, text: str) -> list[int]:

@@ -86,7 +86,7 @@ class TokenEmbeddings:
         """The (read-only) embedding ``(d_model,)`` of ``token``.
 
         Raises:
-            KeyError: ``token`` is not one of :attr:`tokens` (the message lists them).
+            KeyError: ``token`` is not one of ``tokens`` (the message lists them).
         """
         if token not in self.tokens:
             raise KeyError(f"token: {token!r} is not one of {list(self.tokens)}")

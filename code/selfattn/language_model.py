@@ -285,7 +285,8 @@ class TinyLM(nn.Module):
             ``(batch, t + max_new_tokens)`` int64 tensor: the prompt then the new tokens.
 
         Raises:
-            TypeError / ValueError: bad ``idx`` (as :meth:`forward`, without the
+            TypeError: a wrong type or dtype.
+            ValueError: bad ``idx`` (as :meth:`forward`, without the
                 length limit), negative ``max_new_tokens``, ``temperature <= 0``,
                 or ``use_cache=True`` on a non-causal model (whose earlier outputs
                 change when a token is appended, so cached keys would be stale).
@@ -406,7 +407,8 @@ def evaluate_perplexity(
         The perplexity as a Python float.
 
     Raises:
-        TypeError / ValueError: bad ``tokens`` (type, dtype, shape, ids out of
+        TypeError: a wrong type or dtype.
+        ValueError: bad ``tokens`` (type, dtype, shape, ids out of
             range) or ``stride`` outside ``[1, L]``.
     """
     if not isinstance(model, TinyLM):
@@ -517,7 +519,8 @@ def train_language_model(
         ``eval_tokens``.
 
     Raises:
-        TypeError / ValueError: a non-:class:`TinyLM` model, bad token arrays
+        TypeError: a wrong type or dtype.
+        ValueError: a non-:class:`TinyLM` model, bad token arrays
             (see :func:`selfattn.data.batches`), or non-positive sizes / rates.
     """
     if not isinstance(model, TinyLM):

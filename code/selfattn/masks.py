@@ -291,7 +291,7 @@ def to_additive_mask(mask: Any, dtype: Any = np.float32) -> Any:
             dtypes are both accepted and converted to the mask's backend.
 
     Returns:
-        float mask of the same shape and backend: ``0.0`` where ``mask`` is True,
+        A float mask of the same shape and backend, ``0.0`` where ``mask`` is True,
         ``-inf`` where it is False. ``result == 0`` recovers ``mask``.
 
     Raises:

@@ -308,7 +308,8 @@ class SelfAttention(nn.Module):
             ``weights`` is ``None`` with ``use_fused``).
 
         Raises:
-            TypeError/ValueError: see the module docstring.
+            TypeError: a wrong type or dtype.
+            ValueError: see the module docstring.
         """
         q, k, v, unbatched = self._project(x)
         batch, seq_len = q.shape[0], q.shape[1]
@@ -363,8 +364,9 @@ class CausalSelfAttention(SelfAttention):
             training; ``None`` with ``use_fused``).
 
         Raises:
-            TypeError/ValueError: see the module docstring; a ``padding_mask``
-            of the wrong shape or dtype names the shape seen and expected.
+            ValueError: see the module docstring; a ``padding_mask`` of the
+                wrong shape names the shape seen and expected.
+            TypeError: a wrong type or dtype, e.g. a ``padding_mask`` that is not bool.
         """
         q, k, v, unbatched = self._project(x)
         batch, seq_len = q.shape[0], q.shape[1]
@@ -696,7 +698,8 @@ class MultiHeadAttention(nn.Module):
             False or ``use_fused`` is True. Unbatched input drops the batch dim.
 
         Raises:
-            TypeError/ValueError: see the module docstring.
+            TypeError: a wrong type or dtype.
+            ValueError: see the module docstring.
         """
         legend = "(batch, seq_len, d_model) or (seq_len, d_model)"
         key = query if key is None else key

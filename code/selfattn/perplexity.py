@@ -156,7 +156,8 @@ def token_nll(logits: Any, targets: Any, ignore_index: int = -100) -> tuple[Any,
         tensors in the dtype of ``logits``.
 
     Raises:
-        TypeError / ValueError: see the module docstring.
+        TypeError: a wrong type or dtype.
+        ValueError: see the module docstring.
     """
     _validate(logits, targets, ignore_index)
     if is_tensor(logits):
@@ -208,7 +209,8 @@ def negative_log_likelihood(
         A Python ``float`` for NumPy inputs, a 0-dim tensor for torch inputs.
 
     Raises:
-        TypeError / ValueError: see the module docstring.
+        TypeError: a wrong type or dtype.
+        ValueError: see the module docstring.
     """
     _check_reduction(reduction)
     nll, scored = token_nll(logits, targets, ignore_index)
@@ -239,7 +241,8 @@ def perplexity(
         overflows ``exp`` or a target had probability exactly 0.
 
     Raises:
-        TypeError / ValueError: see the module docstring.
+        TypeError: a wrong type or dtype.
+        ValueError: see the module docstring.
 
     Example:
         >>> import numpy as np

@@ -219,7 +219,7 @@ def _as_labels(name: str, labels: Any, expected: int, what: str,
 class MatrixTable:
     """A matrix shown in full: HTML in a notebook, aligned text elsewhere.
 
-    Made by :func:`matrix_table`. A notebook calls :meth:`_repr_html_`;
+    Made by :func:`matrix_table`. A notebook calls ``_repr_html_``;
     ``print(table)`` and ``repr(table)`` give the text version.
     """
 

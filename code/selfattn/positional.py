@@ -188,7 +188,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         base: wavelength base passed to :func:`sinusoidal_encoding`.
 
     Raises:
-        ValueError/TypeError: as :func:`sinusoidal_encoding`.
+        TypeError: a wrong type or dtype.
+        ValueError: as :func:`sinusoidal_encoding`.
     """
 
     encoding: torch.Tensor
@@ -239,7 +240,8 @@ class LearnedPositionalEmbedding(nn.Module):
         d_model: embedding width, a positive int.
 
     Raises:
-        TypeError/ValueError: ``max_len``/``d_model`` not positive ints.
+        TypeError: a wrong type or dtype.
+        ValueError: ``max_len``/``d_model`` not positive ints.
     """
 
     def __init__(self, max_len: int, d_model: int) -> None:
@@ -262,7 +264,8 @@ class LearnedPositionalEmbedding(nn.Module):
             the embedding weights; normally both are the same).
 
         Raises:
-            ValueError/TypeError: as :meth:`SinusoidalPositionalEncoding.forward`.
+            TypeError: a wrong type or dtype.
+            ValueError: as :meth:`SinusoidalPositionalEncoding.forward`.
         """
         seq_len = _check_positions(x, self.d_model, self.max_len, offset)
         positions = torch.arange(offset, offset + seq_len, device=x.device)  # (seq_len,)

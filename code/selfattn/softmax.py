@@ -158,7 +158,8 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
         :func:`softmax` returns there), never NaN.
 
     Raises:
-        TypeError / ValueError: as for :func:`softmax`.
+        TypeError: a wrong type or dtype.
+        ValueError: as for :func:`softmax`.
     """
     axis = _validate(x, axis)
     z, total = _shifted(x, axis)
