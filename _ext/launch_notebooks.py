@@ -43,6 +43,30 @@ def setup_cell(spec: str) -> dict[str, Any]:
     }
 
 
+def fill_outputs_from_cache(path: Path, cache_path: str | None) -> None:
+    """Put the executed outputs into a downloadable notebook that lacks them.
+
+    myst-nb 1.4 writes ``jupyter_execute/<page>.ipynb`` from the notebook *before*
+    merging a cache hit, so after a cached build the copy has no outputs. The
+    jupyter-cache record holds them; merge it in (cells are matched by source).
+    """
+    if not cache_path:
+        return
+    import nbformat
+    from jupyter_cache import get_cache
+
+    notebook = nbformat.read(str(path), as_version=4)
+    if any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"):
+        return
+    if notebook.cells and notebook.cells[0].get("id") == SETUP_MARK:
+        notebook.cells = notebook.cells[1:]
+    try:
+        _, merged = get_cache(cache_path).merge_match_into_notebook(notebook)
+    except KeyError:  # not cached (execution off): leave it as it is
+        return
+    nbformat.write(merged, str(path))
+
+
 def add_setup_cell(path: Path, spec: str) -> None:
     """Insert the setup cell at the top of ``path`` once (idempotent)."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
@@ -68,6 +92,7 @@ def _on_page_context(
         return
     notebook = Path(app.outdir) / "_sources" / ipynb
     if notebook.is_file():
+        fill_outputs_from_cache(notebook, getattr(app.config, "nb_execution_cache_path", None))
         add_setup_cell(notebook, app.config.launch_install_spec)
     repo = app.config.html_theme_options.get("repository_url", "").rstrip("/")
     owner_repo = repo.removeprefix("https://github.com/")
