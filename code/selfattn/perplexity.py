@@ -44,9 +44,11 @@ Design choices:
   ``exp`` of the mean NLL over *all* scored tokens of the batch. This is what
   ``exp(F.cross_entropy(...))`` and ``torchmetrics.text.Perplexity`` compute.
   ``reduction="sequence"`` averages each *sequence's* own value instead; for
-  perplexity that is ``mean_b exp(NLL_b)``, which is a different (and by
-  Jensen's inequality never smaller) number whenever sequences differ in
-  length or difficulty. Mixing the two up is a classic evaluation pitfall.
+  perplexity that is ``mean_b exp(NLL_b)``, a different number whenever
+  sequences differ in length or difficulty. When every sequence has the same
+  number of scored tokens it is never smaller (Jensen's inequality); with
+  unequal lengths it can be smaller or larger, since a short sequence counts
+  as much as a long one. Mixing the two up is a classic evaluation pitfall.
   Sequences whose every position is ignored are left out of the sequence mean.
 
 Bad input raises ``TypeError`` (not an array/tensor, float ``targets``, mixed
