@@ -18,10 +18,14 @@ SPHINXOPTS ?= -n -W --keep-going -j 1
 # re-installs exactly then.
 STAMP   := $(VENV)/.stamp-$(shell cat requirements-lock.txt pyproject.toml | cksum | cut -d' ' -f1)
 
+# KaTeX (math typeset at build time, CSS and fonts served from the site) comes
+# from npm, pinned in package-lock.json; its stamp follows the lock the same way.
+NODE_STAMP := node_modules/.stamp-$(shell cat package-lock.json | cksum | cut -d' ' -f1)
+
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: html test test-fast serve clean lint venv browser-deps lock
+.PHONY: html test test-fast serve clean lint venv node-deps browser-deps lock
 
 venv: $(STAMP)
 
@@ -34,7 +38,14 @@ $(STAMP): requirements-lock.txt requirements.txt pyproject.toml
 	@rm -f $(VENV)/.stamp-*
 	@touch $@
 
-html: $(STAMP)
+node-deps: $(NODE_STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "npm not found: install Node.js (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+html: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/sphinx-build $(SPHINXOPTS) -b html . $(BUILD)/html
 	@echo "Built: $(BUILD)/html/index.html"
 
@@ -57,7 +68,7 @@ test: html browser-deps
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -m "not build and not browser"
 
-serve: $(STAMP)
+serve: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/sphinx-autobuild $(SPHINXOPTS) --watch code/selfattn --port 8000 . $(BUILD)/html
 
 lint: $(STAMP)

@@ -2,7 +2,8 @@
 
 The build executes every chapter (MyST-NB text notebooks) against the
 ``selfattn`` package, treats every warning as an error (see the Makefile) and
-serves MathJax from the build itself, so the site works offline.
+typesets math at build time with KaTeX served from the build itself, so the
+site works offline and no page waits for a math script.
 """
 
 import os
@@ -22,11 +23,11 @@ extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
-    "sphinx.ext.mathjax",
     "sphinx_copybutton",
     "sphinx_togglebutton",
     "sphinxcontrib.bibtex",
-    "sphinx-mathjax-offline",  # copies MathJax 3 into _static: no CDN
+    "sphinxcontrib.katex",  # math rendered to HTML at build time (Node + KaTeX)
+    "katex_local",  # KaTeX CSS + fonts from node_modules into _static; parse errors fail
     "exec_cache",  # re-executes chapters whenever code/selfattn changes
     "launch_notebooks",  # Colab/Binder/download point at executed .ipynb files
     "sphinx_last_updated_by_git",  # "last updated" from each page's git history
@@ -70,7 +71,8 @@ exec_cache_watch = ["code/selfattn"]
 exec_cache_root = "_build/.jupyter_cache"
 
 # --- math -----------------------------------------------------------------
-mathjax3_config = {"chtml": {"displayAlign": "center"}}
+katex_prerender = True  # no math JavaScript in the page at all
+katex_css_path = "katex/katex.min.css"  # staged by _ext/katex_local.py from npm's KaTeX
 
 # --- bibliography ---------------------------------------------------------
 bibtex_bibfiles = ["references.bib"]

@@ -30,22 +30,26 @@ pytestmark = pytest.mark.browser
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
+# Math is typeset at build time by KaTeX (see _ext/katex_local.py): every math
+# element must hold KaTeX's output, none an error box, and the KaTeX fonts the
+# formulas use must have loaded from the site itself.
 MATH_READY_JS = """
 async () => {
-  if (!window.MathJax) { return {mathjax: false}; }
-  if (window.MathJax.startup && window.MathJax.startup.promise) {
-    await window.MathJax.startup.promise;
-  }
-  if (window.MathJax.typesetPromise) { await window.MathJax.typesetPromise(); }
-  const math = document.querySelectorAll('.math');
+  await document.fonts.ready;
+  const math = document.querySelectorAll('span.math, div.math');
   let untypeset = 0;
-  math.forEach(el => { if (!el.querySelector('mjx-container')) untypeset += 1; });
+  math.forEach(el => { if (!el.querySelector('.katex')) untypeset += 1; });
+  const faces = Array.from(document.fonts)
+    .filter(f => f.family.replace(/"/g, '').startsWith('KaTeX'));
+  const first = document.querySelector('.katex');
   return {
-    mathjax: true,
     math: math.length,
-    typeset: document.querySelectorAll('mjx-container').length,
+    typeset: document.querySelectorAll('.katex').length,
     untypeset: untypeset,
-    errors: document.querySelectorAll('mjx-merror, [data-mjx-error]').length,
+    errors: document.querySelectorAll('.katex-error').length,
+    fonts_loaded: faces.filter(f => f.status === 'loaded').map(f => f.family.replace(/"/g, '')),
+    fonts_failed: faces.filter(f => f.status === 'error').map(f => f.family.replace(/"/g, '')),
+    font_family: first ? getComputedStyle(first).fontFamily : null,
   };
 }
 """
@@ -132,12 +136,15 @@ def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> Non
         assert visit.page_errors == [], f"{rel} page errors: {visit.page_errors}"
         assert visit.console_errors == [], f"{rel} console errors: {visit.console_errors}"
         assert visit.failed == [], f"{rel} failed requests: {visit.failed}"
-        if math.get("mathjax"):
-            assert math["untypeset"] == 0 and math["errors"] == 0, f"{rel}: {math}"
+        assert math["untypeset"] == 0 and math["errors"] == 0, f"{rel}: {math}"
+        assert math["fonts_failed"] == [], f"{rel}: KaTeX fonts failed: {math}"
+        if math["math"]:
             assert math["typeset"] >= math["math"], f"{rel}: {math}"
+            assert "KaTeX_Main" in math["font_family"], f"{rel}: KaTeX CSS not applied: {math}"
+            assert {"KaTeX_Main", "KaTeX_Math"} & set(math["fonts_loaded"]), f"{rel}: {math}"
         else:
             html = (HTML / rel).read_text(encoding="utf-8")
-            assert 'class="math' not in html, f"{rel} has math but MathJax did not load"
+            assert 'class="math' not in html, f"{rel}: math found by the page but not by the test"
         for img in images:
             assert img["complete"] and img["width"] > 0, f"{rel}: image not loaded: {img['src']}"
     finally:

@@ -150,3 +150,44 @@ def test_real_book_cache_is_keyed_on_the_package() -> None:
     assert (ROOT / "_build" / ".jupyter_cache" / key).is_dir(), (
         "the build did not use the cache keyed on the current package source"
     )
+
+
+def _math_book(tmp: Path, formula: str) -> subprocess.CompletedProcess:
+    """A one-page book with one formula, built with the real book's KaTeX set-up."""
+    shutil.copytree(ROOT / "_ext", tmp / "_ext", dirs_exist_ok=True)
+    (tmp / "conf.py").write_text(textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        sys.path.insert(0, str(Path(__file__).parent / "_ext"))
+        extensions = ["myst_parser", "sphinxcontrib.katex", "katex_local"]
+        myst_enable_extensions = ["dollarmath"]
+        katex_prerender = True
+        katex_css_path = "katex/katex.min.css"
+        katex_local_dist = {str(ROOT / "node_modules" / "katex" / "dist")!r}
+        exclude_patterns = ["_build", "_ext"]
+    """))
+    (tmp / "index.md").write_text(f"# Probe\n\nThe formula ${formula}$ ends here.\n")
+    return subprocess.run(
+        [str(VENV_BIN / "sphinx-build"), "-W", "-q", "-b", "html", ".", "_build/html"],
+        cwd=tmp, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_math_is_typeset_at_build_time_with_local_katex(tmp_path: Path) -> None:
+    result = _math_book(tmp_path, r"\operatorname{softmax}(S / \sqrt{d_k})")
+    assert result.returncode == 0, result.stderr[-3000:]
+    html = (tmp_path / "_build" / "html" / "index.html").read_text(encoding="utf-8")
+    assert '<span class="katex">' in html and "<math" in html  # HTML for the eye, MathML for AT
+    assert r"\sqrt" not in re.sub(r"<annotation.*?</annotation>", "", html)  # no raw TeX left
+    assets = re.findall(r"<(?:link|script)\b[^>]*>", html)
+    assert not [a for a in assets if re.search(r'(?:src|href)="(?:https?:)?//', a)], assets
+    assert not re.search(r'<script[^>]*(?:mathjax|katex)', html, re.I), "math needs no script"
+    static = tmp_path / "_build" / "html" / "_static" / "katex"
+    assert (static / "katex.min.css").is_file()
+    assert any((static / "fonts").glob("KaTeX_Main-Regular.woff2"))
+
+
+def test_formula_katex_cannot_parse_fails_the_build(tmp_path: Path) -> None:
+    result = _math_book(tmp_path, r"\frac{1}{\sqrt{d_k}")  # one brace short
+    assert result.returncode != 0, "a broken formula was published as red source text"
+    assert "Expected '}'" in result.stderr or "KaTeX" in result.stderr, result.stderr[-2000:]

@@ -1,0 +1,62 @@
+"""Math typeset at build time with KaTeX, served from the build: no CDN, no runtime JS.
+
+``sphinxcontrib.katex`` with ``katex_prerender = True`` turns every math node
+into HTML + MathML while Sphinx writes the page, using Node and the KaTeX that
+``npm ci`` put in ``node_modules/`` (pinned in ``package-lock.json``). This
+extension adds the two things the reader's browser still needs, taken from
+that same KaTeX so the versions always match:
+
+* ``_static/katex/katex.min.css`` and ``_static/katex/fonts/``;
+* strict rendering: a formula KaTeX cannot parse fails the build instead of
+  showing red source text on the page.
+
+Configuration (``conf.py``): ``katex_local_dist``, the ``katex/dist`` folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import sphinxcontrib.katex as sphinx_katex
+from sphinx.application import Sphinx
+from sphinx.errors import ConfigError, ExtensionError
+
+# KaTeX options for every formula. throwOnError: a parse error raises (the
+# build fails); strict: LaTeX that KaTeX would only guess at is an error too.
+STRICT_OPTIONS = {"throwOnError": True, "strict": "error"}
+
+
+def _dist(app: Sphinx) -> Path:
+    dist = Path(app.confdir, app.config.katex_local_dist)
+    if not (dist / "katex.min.js").is_file():
+        raise ConfigError(
+            f"KaTeX not found at {dist}: run `npm ci` in the repository root "
+            "(`make html` does it) to install the pinned KaTeX from npm."
+        )
+    return dist
+
+
+def _stage_assets(app: Sphinx) -> None:
+    """Copy KaTeX's stylesheet and fonts where Sphinx copies static files from."""
+    dist = _dist(app)
+    stage = Path(app.outdir).parent / ".katex-static"
+    target = stage / "katex"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(dist / "fonts", target / "fonts")
+    shutil.copy2(dist / "katex.min.css", target / "katex.min.css")
+    if str(stage) not in app.config.html_static_path:
+        app.config.html_static_path.append(str(stage))
+    # Prerender with the same KaTeX whose CSS and fonts the page loads.
+    app.config.katex_js_path = str(dist / "katex.min.js")
+    sphinx_katex.KaTeXServer.katex_path = app.config.katex_js_path
+    sphinx_katex.KATEX_DEFAULT_OPTIONS.update(STRICT_OPTIONS)
+
+
+def setup(app: Sphinx) -> dict:
+    if "sphinxcontrib.katex" not in app.extensions:
+        raise ExtensionError("katex_local needs sphinxcontrib.katex listed before it")
+    app.add_config_value("katex_local_dist", "node_modules/katex/dist", "env")
+    app.connect("builder-inited", _stage_assets, priority=400)  # before sphinxcontrib.katex
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
