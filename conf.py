@@ -71,8 +71,7 @@ exec_cache_watch = ["code/selfattn"]
 exec_cache_root = "_build/.jupyter_cache"
 
 # --- math -----------------------------------------------------------------
-katex_prerender = True  # no math JavaScript in the page at all
-katex_css_path = "katex/katex.min.css"  # staged by _ext/katex_local.py from npm's KaTeX
+katex_prerender = True  # no math JavaScript in the page; CSS + fonts: _ext/katex_local.py
 
 # --- bibliography ---------------------------------------------------------
 bibtex_bibfiles = ["references.bib"]

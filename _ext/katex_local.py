@@ -10,7 +10,8 @@ that same KaTeX so the versions always match:
 * strict rendering: a formula KaTeX cannot parse fails the build instead of
   showing red source text on the page.
 
-Configuration (``conf.py``): ``katex_local_dist``, the ``katex/dist`` folder.
+It sets ``katex_css_path`` and ``katex_js_path`` itself. Configuration
+(``conf.py``): ``katex_local_dist``, the ``katex/dist`` folder.
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ def _stage_assets(app: Sphinx) -> None:
     shutil.copy2(dist / "katex.min.css", target / "katex.min.css")
     if str(stage) not in app.config.html_static_path:
         app.config.html_static_path.append(str(stage))
-    # Prerender with the same KaTeX whose CSS and fonts the page loads.
+    app.config.katex_css_path = "katex/katex.min.css"  # the copy above, not a CDN
+    # Prerender with the same KaTeX whose CSS and fonts the page loads
+    # (sphinxcontrib.katex hands katex_js_path to its Node server).
     app.config.katex_js_path = str(dist / "katex.min.js")
-    sphinx_katex.KaTeXServer.katex_path = app.config.katex_js_path
     sphinx_katex.KATEX_DEFAULT_OPTIONS.update(STRICT_OPTIONS)
 
 

@@ -40,15 +40,16 @@ async () => {
   let untypeset = 0;
   math.forEach(el => { if (!el.querySelector('.katex')) untypeset += 1; });
   const faces = Array.from(document.fonts)
-    .filter(f => f.family.replace(/"/g, '').startsWith('KaTeX'));
+    .map(f => ({family: f.family.replace(/"/g, ''), status: f.status}))
+    .filter(f => f.family.startsWith('KaTeX'));
   const first = document.querySelector('.katex');
   return {
     math: math.length,
     typeset: document.querySelectorAll('.katex').length,
     untypeset: untypeset,
     errors: document.querySelectorAll('.katex-error').length,
-    fonts_loaded: faces.filter(f => f.status === 'loaded').map(f => f.family.replace(/"/g, '')),
-    fonts_failed: faces.filter(f => f.status === 'error').map(f => f.family.replace(/"/g, '')),
+    fonts_loaded: faces.filter(f => f.status === 'loaded').map(f => f.family),
+    fonts_failed: faces.filter(f => f.status === 'error').map(f => f.family),
     font_family: first ? getComputedStyle(first).fontFamily : null,
   };
 }

@@ -109,12 +109,16 @@ def _mini_book(tmp: Path, value: int) -> None:
     """))
 
 
-def _build_mini(tmp: Path) -> str:
-    env = dict(os.environ, PYTHONPATH=str(tmp / "pkg"))
-    result = subprocess.run(
+def _sphinx_build(tmp: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Build the small book in ``tmp`` with warnings as errors."""
+    return subprocess.run(
         [str(VENV_BIN / "sphinx-build"), "-W", "-q", "-b", "html", ".", "_build/html"],
         cwd=tmp, env=env, capture_output=True, text=True, timeout=300,
     )
+
+
+def _build_mini(tmp: Path) -> str:
+    result = _sphinx_build(tmp, env=dict(os.environ, PYTHONPATH=str(tmp / "pkg")))
     assert result.returncode == 0, result.stderr[-3000:]
     return (tmp / "_build" / "html" / "index.html").read_text(encoding="utf-8")
 
@@ -162,15 +166,11 @@ def _math_book(tmp: Path, formula: str) -> subprocess.CompletedProcess:
         extensions = ["myst_parser", "sphinxcontrib.katex", "katex_local"]
         myst_enable_extensions = ["dollarmath"]
         katex_prerender = True
-        katex_css_path = "katex/katex.min.css"
         katex_local_dist = {str(ROOT / "node_modules" / "katex" / "dist")!r}
         exclude_patterns = ["_build", "_ext"]
     """))
     (tmp / "index.md").write_text(f"# Probe\n\nThe formula ${formula}$ ends here.\n")
-    return subprocess.run(
-        [str(VENV_BIN / "sphinx-build"), "-W", "-q", "-b", "html", ".", "_build/html"],
-        cwd=tmp, capture_output=True, text=True, timeout=300,
-    )
+    return _sphinx_build(tmp)
 
 
 def test_math_is_typeset_at_build_time_with_local_katex(tmp_path: Path) -> None:
