@@ -16,6 +16,7 @@ It sets ``katex_css_path`` and ``katex_js_path`` itself. Configuration
 
 from __future__ import annotations
 
+import atexit
 import shutil
 from pathlib import Path
 
@@ -56,9 +57,26 @@ def _stage_assets(app: Sphinx) -> None:
     sphinx_katex.KATEX_DEFAULT_OPTIONS.update(STRICT_OPTIONS)
 
 
+def _stop_server(app: Sphinx, exception: Exception | None) -> None:
+    """Stop KaTeX's Node render server when the build ends, failed builds included.
+
+    sphinxcontrib.katex stops it only from an ``atexit`` hook, which a failing
+    build does not always reach: the orphaned ``node`` then holds the build's
+    stdout and stderr open, so whoever waits on them (a terminal pipe, a test's
+    ``subprocess.run``) waits forever.
+    """
+    server = sphinx_katex.KaTeXServer.katex_server
+    if server is None:
+        return
+    sphinx_katex.KaTeXServer.katex_server = None
+    atexit.unregister(sphinx_katex.KaTeXServer.terminate)
+    server.terminate()
+
+
 def setup(app: Sphinx) -> dict:
     if "sphinxcontrib.katex" not in app.extensions:
         raise ExtensionError("katex_local needs sphinxcontrib.katex listed before it")
     app.add_config_value("katex_local_dist", "node_modules/katex/dist", "env")
     app.connect("builder-inited", _stage_assets, priority=400)  # before sphinxcontrib.katex
+    app.connect("build-finished", _stop_server)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

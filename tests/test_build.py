@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -110,11 +111,26 @@ def _mini_book(tmp: Path, value: int) -> None:
 
 
 def _sphinx_build(tmp: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Build the small book in ``tmp`` with warnings as errors."""
-    return subprocess.run(
-        [str(VENV_BIN / "sphinx-build"), "-W", "-q", "-b", "html", ".", "_build/html"],
-        cwd=tmp, env=env, capture_output=True, text=True, timeout=300,
-    )
+    """Build the small book in ``tmp`` with warnings as errors.
+
+    Output goes to files, not pipes, and the build runs in its own process
+    group that is killed afterwards: a helper process the build leaves behind
+    (KaTeX's Node server) can neither keep the test waiting on a pipe nor
+    outlive it.
+    """
+    cmd = [str(VENV_BIN / "sphinx-build"), "-W", "-q", "-b", "html", ".", "_build/html"]
+    out, err = tmp / "_sphinx.out", tmp / "_sphinx.err"
+    with out.open("w") as fout, err.open("w") as ferr:
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=fout, stderr=ferr,
+                                start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=300)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return subprocess.CompletedProcess(cmd, returncode, out.read_text(), err.read_text())
 
 
 def _build_mini(tmp: Path) -> str:
