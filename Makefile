@@ -4,6 +4,7 @@
 #   make test    the same set-up, then the whole test suite (package, build, browser)
 #   make serve   live-reloading preview on http://127.0.0.1:8000
 #   make clean   remove the build (keeps .venv)
+#   make diagrams  redraw the SVG diagrams in images/ (commit the result)
 #   make lint    ruff over code, tests and tooling
 
 SHELL := /bin/bash
@@ -25,7 +26,7 @@ NODE_STAMP := node_modules/.stamp-$(shell cat package-lock.json | cksum | cut -d
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: html test test-fast serve clean lint venv node-deps browser-deps lock
+.PHONY: html test test-fast serve clean lint venv node-deps browser-deps lock diagrams
 
 venv: $(STAMP)
 
@@ -61,7 +62,7 @@ browser-deps:
 	fi
 
 test: html browser-deps
-	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
 	$(VENV)/bin/pytest
 
 # Package tests only: no book build, no browser.
@@ -71,8 +72,12 @@ test-fast: $(STAMP)
 serve: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/sphinx-autobuild $(SPHINXOPTS) --watch code/selfattn --port 8000 . $(BUILD)/html
 
+# The diagrams are committed; tests/test_diagrams.py fails when they drift from the script.
+diagrams: $(STAMP)
+	$(PY) images/make_diagrams.py
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
 
 lock: $(STAMP)
 	$(PY) -m pip freeze --exclude-editable | grep -v "^torch==" > requirements-lock.txt
