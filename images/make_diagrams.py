@@ -31,7 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib._mathtext as mathtext  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -45,6 +45,8 @@ EXAMPLES: dict[str, dict[str, int]] = {
     "causal-mask": {"seq_len": 5},
     # chapter 5: one token per step; four steps drawn
     "kv-cache": {"steps": 4, "d_k": 4},
+    # the transformer block chapter: no numbers, only the order of the sublayers
+    "transformer-block": {},
 }
 MASK_TOKENS = ["cat", "walks", "by", "the", "bank"]
 
@@ -336,11 +338,70 @@ def kv_cache(theme: Theme) -> Canvas:
     return cv
 
 
+def transformer_block(theme: Theme) -> Canvas:
+    """Post-LN (the original Transformer) beside pre-LN (GPT-2 and most models since)."""
+    cv = Canvas(5.0, 5.2, theme)
+    box_w, box_h = 1.7, 0.36
+    colours = {"LayerNorm": YELLOW, "Attention": BLUE, "MLP": GREEN}
+
+    def box(x: float, y: float, label: str) -> None:
+        cv.ax.add_patch(FancyBboxPatch(
+            (x - box_w / 2, y - box_h / 2), box_w, box_h, boxstyle="round,pad=0.02",
+            facecolor=colours[label], alpha=theme.fill_alpha + 0.1,
+            edgecolor=theme.ink, linewidth=0.9))
+        cv.text(x, y, "multi-head attention" if label == "Attention" else label, size=SMALL)
+
+    def plus(x: float, y: float) -> None:
+        cv.ax.add_patch(plt.Circle((x, y), 0.12, facecolor="none", edgecolor=theme.ink,
+                                   linewidth=1.0))
+        cv.ax.plot([x - 0.07, x + 0.07], [y, y], color=theme.ink, linewidth=1.0)
+        cv.ax.plot([x, x], [y - 0.07, y + 0.07], color=theme.ink, linewidth=1.0)
+
+    def column(x: float, title: str, subtitle: str, order: list[str]) -> None:
+        """Draw one block top-down; "|" marks where the residual branch leaves the stream."""
+        cv.text(x, 4.98, title, weight="bold")
+        cv.text(x, 4.72, subtitle, size=SMALL, muted=True)
+        y = 4.42
+        cv.text(x, y, "$x$ (residual stream)", size=SMALL)
+        y_prev = y - 0.14
+        skip_from = y_prev
+        rail = x - box_w / 2 - 0.18  # the residual path runs down this line
+        for item in order:
+            if item == "|":
+                skip_from = y_prev - 0.06
+            elif item == "+":
+                y -= 0.45
+                cv.arrow(x, y_prev, x, y + 0.13)
+                plus(x, y)
+                cv.ax.plot([x, rail, rail], [skip_from, skip_from, y], color=theme.ink,
+                           linewidth=1.0)
+                cv.arrow(rail, y, x - 0.12, y)
+                y_prev = y - 0.12
+            else:
+                y -= 0.5
+                cv.arrow(x, y_prev, x, y + box_h / 2 + 0.02)
+                box(x, y, item)
+                y_prev = y - box_h / 2 - 0.02
+        cv.arrow(x, y_prev, x, y - 0.42)
+        cv.text(x, y - 0.55, "output", size=SMALL)
+
+    column(1.3, "Post-LN", "original Transformer",
+           ["|", "Attention", "+", "LayerNorm", "|", "MLP", "+", "LayerNorm"])
+    column(3.72, "Pre-LN", "GPT-2 and since",
+           ["|", "LayerNorm", "Attention", "+", "|", "LayerNorm", "MLP", "+"])
+    cv.text(2.5, 0.38, "Pre-LN: the residual stream runs from input to output",
+            size=SMALL, muted=True)
+    cv.text(2.5, 0.14, "through additions only, with no LayerNorm on it.", size=SMALL,
+            muted=True)
+    return cv
+
+
 DIAGRAMS: dict[str, Callable[[Theme], Canvas]] = {
     "attention-flow": attention_flow,
     "multi-head": multi_head,
     "causal-mask": causal_mask,
     "kv-cache": kv_cache,
+    "transformer-block": transformer_block,
 }
 
 

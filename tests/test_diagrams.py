@@ -100,6 +100,8 @@ def test_shape_labels_are_written_in_the_svg(svg: Path) -> None:
         expected = [f"{e['seq_len']} × {e['d_model']}", f"{e['seq_len']} × {e['head_dim']}"]
     elif stem == "causal-mask":
         expected = diagrams.MASK_TOKENS
+    elif stem == "transformer-block":
+        expected = ["Post-LN", "Pre-LN", "LayerNorm", "MLP", "multi-head attention"]
     else:
         expected = [f"{t} × {e['d_k']}" for t in range(1, e["steps"] + 1)]
     missing = [s for s in expected if s not in text]
