@@ -3,7 +3,9 @@
 Run ``make diagrams`` (or ``python images/make_diagrams.py``). Each diagram is
 drawn twice: ``NAME.svg`` for the light theme (and the PDF) and
 ``NAME-dark.svg`` for the dark theme; the chapters show one or the other with
-the theme's ``only-light`` / ``only-dark`` classes.
+the theme's ``only-light`` / ``only-dark`` classes. The light variant is also
+written as ``NAME.pdf`` for the PDF book (a chapter names ``NAME.*`` and each
+builder takes the format it supports).
 
 The shapes written in the diagrams are the shapes of the chapters' own worked
 examples. They live in :data:`EXAMPLES`, and ``tests/test_diagrams.py`` checks
@@ -151,16 +153,23 @@ class Canvas:
             dx = 0.08 if label_side == "right" else -0.08
             self.text(mx + dx, my, label, size=SMALL, ha="left" if dx > 0 else "right")
 
-    def save(self, stem: str, out_dir: Path) -> Path:
+    def save(self, stem: str, out_dir: Path) -> list[Path]:
+        """Write the SVG (HTML) and, for the light theme, a PDF (the LaTeX/PDF build)."""
         path = out_dir / f"{stem}{self.theme.name}.svg"
         self.fig.savefig(path, format="svg", metadata={"Date": None}, transparent=True)
+        written = [path]
+        if self.theme is LIGHT:
+            pdf = path.with_suffix(".pdf")
+            self.fig.savefig(pdf, format="pdf", transparent=True,
+                             metadata={"CreationDate": None, "ModDate": None, "Producer": None})
+            written.append(pdf)
         plt.close(self.fig)
         # a reader without DejaVu Sans gets a font of similar width, then any sans-serif
         text = path.read_text(encoding="utf-8")
         text = text.replace("font-family: 'DejaVu Sans'",
                             "font-family: 'DejaVu Sans', Verdana, sans-serif")
         path.write_text(text, encoding="utf-8")
-        return path
+        return written
 
 
 def attention_flow(theme: Theme) -> Canvas:
@@ -420,7 +429,7 @@ def draw_all(out_dir: Path = HERE) -> list[Path]:
     paths = []
     for stem, draw in DIAGRAMS.items():
         for theme in (LIGHT, DARK):
-            paths.append(draw(theme).save(stem, out_dir))
+            paths.extend(draw(theme).save(stem, out_dir))
     return paths
 
 

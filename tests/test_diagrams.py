@@ -43,9 +43,9 @@ def _chapter_sources() -> str:
 
 def test_committed_svgs_are_what_the_script_draws(tmp_path: Path) -> None:
     drawn = {p.name: p.read_bytes() for p in diagrams.draw_all(tmp_path)}
-    committed = {p.name: p.read_bytes() for p in IMAGES.glob("*.svg")}
+    committed = {p.name: p.read_bytes() for p in IMAGES.iterdir() if p.suffix in (".svg", ".pdf")}
     assert sorted(committed) == sorted(drawn), (
-        "images/ holds SVG files the script does not draw, or misses some: run `make diagrams`"
+        "images/ holds SVG/PDF files the script does not draw, or misses some: run `make diagrams`"
     )
     stale = [name for name in drawn if drawn[name] != committed[name]]
     assert not stale, f"out of date (run `make diagrams` and commit): {stale}"
@@ -126,7 +126,8 @@ def test_text_is_readable_on_a_phone(svg: Path) -> None:
 
 def test_each_placed_diagram_has_alt_text_and_both_variants() -> None:
     source = _chapter_sources()
-    placed = re.findall(r"```\{figure\} \.\./images/([\w-]+)\.svg\n((?::[^\n]*\n)*)", source)
+    placed = re.findall(r"```\{figure\} \.\./images/([\w-]+)\.(?:svg|\*)\n((?::[^\n]*\n)*)",
+                        source)
     stems = {stem for stem, _ in placed}
     assert stems >= {s for s in diagrams.DIAGRAMS}, (
         f"diagrams drawn but not placed in a chapter: {set(diagrams.DIAGRAMS) - stems}"
