@@ -742,3 +742,59 @@ def test_bad_input_from_torch_options():
         MultiHeadAttention(8, 4).copy_from_torch(torch_mha(8, 2))
     with raises(ValueError, "module: bias=False but this layer has bias=True"):
         MultiHeadAttention(8, 2).copy_from_torch(torch_mha(8, 2, bias=False))
+
+
+# ================================================================ PyTorch's two mask conventions
+
+
+def test_torch_boolean_mask_conventions():
+    """The notation page: F.scaled_dot_product_attention reads True as "may attend";
+    nn.MultiheadAttention and nn.Transformer's masks read True as "blocked".
+
+    Each bool mask is compared with the same mask written as an additive float
+    mask (0 keep, -inf block), whose meaning is unambiguous.
+    """
+    torch.manual_seed(30)
+    dt = torch.float64
+    allowed = torch.tensor([[1, 1, 0, 0],  # book convention: True = may attend;
+                            [0, 1, 1, 0],  # every row has both True and False,
+                            [0, 0, 1, 1],  # so neither reading masks a whole row
+                            [1, 0, 0, 1]], dtype=torch.bool)
+    additive = torch.zeros(4, 4, dtype=dt).masked_fill(~allowed, float("-inf"))
+
+    def same(a, b):
+        return torch.allclose(a, b, rtol=0, atol=1e-12)
+
+    # F.scaled_dot_product_attention: True = may attend
+    q, k, v = torch.randn(3, 2, 4, 8, dtype=dt)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    ref = sdpa(q, k, v, attn_mask=additive)
+    assert same(sdpa(q, k, v, attn_mask=allowed), ref)
+    assert not same(sdpa(q, k, v, attn_mask=~allowed), ref)
+
+    # nn.MultiheadAttention: attn_mask and key_padding_mask, True = blocked
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).to(dt).eval()
+    x = torch.randn(2, 4, 8, dtype=dt)
+    ref = mha(x, x, x, attn_mask=additive)[0]
+    assert same(mha(x, x, x, attn_mask=~allowed)[0], ref)
+    assert not same(mha(x, x, x, attn_mask=allowed)[0], ref)
+    assert same(MultiHeadAttention.from_torch(mha)(x, mask=allowed)[0], ref)  # the book's
+    real = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)  # True = real token
+    pad_add = torch.zeros(2, 4, dtype=dt).masked_fill(~real, float("-inf"))
+    ref = mha(x, x, x, key_padding_mask=pad_add)[0]
+    assert same(mha(x, x, x, key_padding_mask=~real)[0], ref)
+    assert not same(mha(x, x, x, key_padding_mask=real)[0], ref)
+
+    # nn.Transformer (encoder and decoder layers inside): every mask, True = blocked
+    model = torch.nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1,
+                                 num_decoder_layers=1, dim_feedforward=16, dropout=0.0,
+                                 batch_first=True).to(dt).eval()
+    src, tgt = torch.randn(2, 4, 8, dtype=dt), torch.randn(2, 4, 8, dtype=dt)
+    for name in ("src_mask", "tgt_mask", "memory_mask"):
+        ref = model(src, tgt, **{name: additive})
+        assert same(model(src, tgt, **{name: ~allowed}), ref), name
+        assert not same(model(src, tgt, **{name: allowed}), ref), name
+    for name in ("src_key_padding_mask", "tgt_key_padding_mask", "memory_key_padding_mask"):
+        ref = model(src, tgt, **{name: pad_add})
+        assert same(model(src, tgt, **{name: ~real}), ref), name
+        assert not same(model(src, tgt, **{name: real}), ref), name
