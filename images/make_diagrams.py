@@ -253,14 +253,14 @@ def multi_head(theme: Theme) -> Canvas:
               shape=rf"$L \times d_{{model}}$ = {L} × {d}")
     cv.text(2.5 + d * CELL / 2 + 0.1, y[1], "one colour\nper head", size=SMALL,
             muted=True, ha="left")
-    xs = [0.9 + k * 1.07 for k in range(h)]
+    xs = [1.0 + k * 1.07 for k in range(h)]
     left_q = 2.5 - d * CELL / 2
     for k, x in enumerate(xs):
         # from the head's columns of Q down to the head's own block
         cv.arrow(left_q + (k + 0.5) * hd * CELL, y[1] - half - gap, x, y[2] + half + 0.06)
-        cv.matrix(x, y[2], L, hd, HEAD_COLOURS[k], name=f"$Q_{k + 1}$", name_at="left")
+        cv.matrix(x, y[2], L, hd, HEAD_COLOURS[k], name=f"$Q_{k}$", name_at="left")
         cv.arrow(x, y[2] - half - 0.06, x, y[3] + half + 0.06)
-        cv.matrix(x, y[3], L, hd, HEAD_COLOURS[k], name=f"$C_{k + 1}$", name_at="left")
+        cv.matrix(x, y[3], L, hd, HEAD_COLOURS[k], name=rf"head$_{k}$", name_at="left")
         # back into the head's columns of the concatenation
         cv.arrow(x, y[3] - half - 0.06, left_q + (k + 0.5) * hd * CELL, y[4] + half + 0.06)
     cv.text(2.5, y[2] - half - 0.1 - 0.0, "", size=SMALL)
