@@ -9,11 +9,11 @@ from selfattn.attention import (
     scaled_dot_product_attention,
     simple_self_attention,
 )
+from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
 from selfattn.language_model import (
     LMConfig,
     TinyLM,
-    TransformerBlock,
     evaluate_perplexity,
     train_language_model,
 )
@@ -54,6 +54,9 @@ __all__ = [
     "attention_scores",
     "scaled_dot_product_attention",
     "simple_self_attention",
+    # block (the transformer block)
+    "BlockConfig",
+    "TransformerBlock",
     # data (synthetic Markov language, tokenizer, batches)
     "CharTokenizer",
     "MarkovSource",
@@ -64,7 +67,6 @@ __all__ = [
     # language_model (tiny decoder-only transformer)
     "LMConfig",
     "TinyLM",
-    "TransformerBlock",
     "evaluate_perplexity",
     "train_language_model",
     # masks

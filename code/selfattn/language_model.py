@@ -39,8 +39,9 @@ import torch
 from torch import Tensor, nn
 
 from selfattn._checks import check_positive_int, is_tensor, shape_of
+from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import batches
-from selfattn.modules import KVCache, MultiHeadAttention
+from selfattn.modules import KVCache
 from selfattn.perplexity import negative_log_likelihood, token_nll
 from selfattn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
@@ -95,39 +96,11 @@ class LMConfig:
         """The MLP hidden width actually used (``d_ff`` or ``4 * d_model``)."""
         return 4 * self.d_model if self.d_ff is None else self.d_ff
 
-
-class TransformerBlock(nn.Module):
-    """One pre-LayerNorm decoder block: attention then MLP, each added to the residual.
-
-    ``x = x + Dropout(MHA(LN1(x)))``; ``x = x + Dropout(W2 GELU(W1 LN2(x)))``.
-
-    Args:
-        config: the :class:`LMConfig` (uses ``d_model``, ``num_heads``, ``ff_dim``,
-            ``dropout``, ``causal``).
-    """
-
-    def __init__(self, config: LMConfig) -> None:
-        super().__init__()
-        d = config.d_model
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = MultiHeadAttention(
-            d, config.num_heads, dropout=config.dropout, causal=config.causal
-        )
-        self.ln2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(
-            nn.Linear(d, config.ff_dim), nn.GELU(), nn.Linear(config.ff_dim, d)
-        )
-        self.drop = nn.Dropout(config.dropout)
-
-    def forward(self, x: Tensor, kv_cache: KVCache | None = None) -> Tensor:
-        """``x``: ``(batch, L, d_model)`` -> ``(batch, L, d_model)``.
-
-        With ``kv_cache`` the block's keys/values are appended to the cache and
-        the ``L`` new positions attend to every cached position as well.
-        """
-        attended, _ = self.attn(self.ln1(x), need_weights=False, kv_cache=kv_cache)
-        x = x + self.drop(attended)  # (batch, L, d_model)
-        return x + self.drop(self.mlp(self.ln2(x)))  # (batch, L, d_model)
+    def block_config(self) -> BlockConfig:
+        """The settings of each block: pre-LN, GELU, causal as ``causal``, no cross-attention."""
+        return BlockConfig(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim,
+                           dropout=float(self.dropout), norm_first=True, activation="gelu",
+                           causal=self.causal)
 
 
 class TinyLM(nn.Module):
@@ -139,7 +112,8 @@ class TinyLM(nn.Module):
     Attributes:
         tok_emb: ``nn.Embedding(vocab_size, d_model)``.
         pos: learned or sinusoidal positions for ``seq_len`` positions.
-        blocks: ``num_layers`` :class:`TransformerBlock`.
+        blocks: ``num_layers`` :class:`selfattn.block.TransformerBlock`, built
+            from :meth:`LMConfig.block_config` (pre-LN, GELU).
         ln_f: final ``LayerNorm``; head: ``nn.Linear(d_model, vocab_size)``.
 
     Raises:
