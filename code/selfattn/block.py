@@ -87,8 +87,9 @@ class BlockConfig:
                 f"activation: expected one of {_ACTIVATIONS}, got {self.activation!r}"
             )
         for name in ("norm_first", "causal", "cross_attention"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
         if not (isinstance(self.layer_norm_eps, float) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps: expected a float > 0, got {self.layer_norm_eps!r}")
 
