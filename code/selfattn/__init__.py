@@ -15,6 +15,7 @@ from selfattn.language_model import (
     LMConfig,
     TinyLM,
     evaluate_perplexity,
+    learning_rate_schedule,
     train_language_model,
 )
 from selfattn.masks import (
@@ -68,6 +69,7 @@ __all__ = [
     "LMConfig",
     "TinyLM",
     "evaluate_perplexity",
+    "learning_rate_schedule",
     "train_language_model",
     # masks
     "causal_mask",

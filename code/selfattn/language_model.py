@@ -50,6 +50,7 @@ __all__ = [
     "TinyLM",
     "TransformerBlock",
     "evaluate_perplexity",
+    "learning_rate_schedule",
     "train_language_model",
 ]
 
@@ -439,6 +440,29 @@ def _lr_factor(step: int, steps: int, warmup: int) -> float:
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def learning_rate_schedule(steps: int, warmup: int | None = None) -> np.ndarray:
+    """The factor :func:`train_language_model` multiplies ``lr`` by at each step.
+
+    Linear warm-up from ``1 / warmup`` to 1 over the first ``warmup`` steps
+    (default ``steps // 20``), then a cosine from 1 down to 0.1 at the last step.
+
+    Args:
+        steps: number of optimiser steps, >= 1.
+        warmup: warm-up steps, ``0 <= warmup``.
+
+    Returns:
+        ``(steps,)`` float64 NumPy array of factors in ``(0, 1]``.
+
+    Raises:
+        TypeError / ValueError: ``steps`` not a positive int, ``warmup`` not an int >= 0.
+    """
+    check_positive_int("steps", steps)
+    warmup = steps // 20 if warmup is None else warmup
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup: expected an int >= 0, got {warmup!r}")
+    return np.array([_lr_factor(step, steps, warmup) for step in range(steps)])
 
 
 def train_language_model(
