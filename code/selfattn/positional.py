@@ -298,7 +298,10 @@ def rotary_angles(positions: Any, head_dim: int, base: float = 10000.0) -> np.nd
     Raises:
         TypeError / ValueError: bad ``positions``, odd ``head_dim``, ``base <= 1``.
     """
-    _check_d_model_even(head_dim)
+    check_positive_int("head_dim", head_dim)
+    if head_dim % 2:
+        raise ValueError(f"head_dim: RoPE rotates column pairs, so head_dim must be even, "
+                         f"got head_dim={head_dim}")
     _check_base(base)
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
         check_positive_int("positions", positions)
