@@ -84,3 +84,23 @@ def test_kv_cache_bytes_formula_and_errors() -> None:
                                                            torch.randn(1, 3, 16))
     with pytest.raises((TypeError, ValueError), match="batch"):
         kv_cache_bytes(batch=0, seq_len=1, num_layers=1, num_kv_heads=1, head_dim=1)
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi", "none"])
+def test_tinylm_with_relative_positions_and_gqa(positional: str) -> None:
+    from selfattn.language_model import LMConfig, TinyLM
+
+    cfg = LMConfig(vocab_size=7, seq_len=8, d_model=16, num_heads=4, num_layers=2,
+                   positional=positional, num_kv_heads=2)
+    torch.manual_seed(0)
+    model = TinyLM(cfg).eval()
+    assert isinstance(model.blocks[0].attn, GroupedQueryAttention)
+    idx = torch.randint(0, 7, (2, 8))
+    with torch.no_grad():
+        full = model(idx)
+        caches = model.new_caches()
+        steps = [model(idx[:, t : t + 1], kv_caches=caches) for t in range(8)]
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+    assert caches[0].keys.shape == (2, 2, 8, 4)  # 2 kv heads, not 4
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        LMConfig(vocab_size=7, seq_len=8, d_model=16, num_heads=4, num_kv_heads=3)

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from selfattn._checks import check_positive_int
+from selfattn.grouped import GroupedQueryAttention
 from selfattn.modules import KVCache, MultiHeadAttention, _check_dropout, _check_input
 
 __all__ = ["BlockConfig", "TransformerBlock"]
@@ -71,6 +72,8 @@ class BlockConfig:
     causal: bool = False  # self-attention looks back only (a decoder); memory is never masked so
     cross_attention: bool = False  # add a sublayer attending from x to an encoder's memory
     layer_norm_eps: float = 1e-5  # the epsilon of every LayerNorm (PyTorch's default)
+    num_kv_heads: int | None = None  # key/value heads of the self-attention; None: num_heads
+    positional: str | None = None  # position inside self-attention: None, "rope" or "alibi"
 
     def __post_init__(self) -> None:
         check_positive_int("d_model", self.d_model)
@@ -92,6 +95,22 @@ class BlockConfig:
                 raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
         if not (isinstance(self.layer_norm_eps, float) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps: expected a float > 0, got {self.layer_norm_eps!r}")
+        if self.num_kv_heads is not None:
+            check_positive_int("num_kv_heads", self.num_kv_heads)
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads: num_kv_heads={self.num_kv_heads} does not divide "
+                    f"num_heads={self.num_heads}"
+                )
+        if self.positional not in (None, "rope", "alibi"):
+            raise ValueError(
+                f"positional: expected None, 'rope' or 'alibi', got {self.positional!r}"
+            )
+
+    @property
+    def plain_attention(self) -> bool:
+        """True when the self-attention is ordinary multi-head attention (no GQA, RoPE, ALiBi)."""
+        return self.positional is None and self.num_kv_heads in (None, self.num_heads)
 
     @property
     def ff_dim(self) -> int:
@@ -110,7 +129,9 @@ class TransformerBlock(nn.Module):
 
     Attributes:
         ln1, attn: LayerNorm and :class:`~selfattn.modules.MultiHeadAttention`
-            of the self-attention sublayer.
+            of the self-attention sublayer (a
+            :class:`~selfattn.grouped.GroupedQueryAttention` when ``num_kv_heads``
+            or ``positional`` is set).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
         ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)``.
@@ -133,8 +154,15 @@ class TransformerBlock(nn.Module):
         d, eps = config.d_model, config.layer_norm_eps
         # creation order fixes which random numbers each weight gets: keep it
         self.ln1 = nn.LayerNorm(d, eps=eps)
-        self.attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout,
-                                       causal=config.causal)
+        self.attn: nn.Module
+        if config.plain_attention:
+            self.attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout,
+                                           causal=config.causal)
+        else:  # fewer key/value heads, or positions inside attention
+            self.attn = GroupedQueryAttention(
+                d, config.num_heads, config.num_kv_heads or config.num_heads,
+                dropout=config.dropout, causal=config.causal, positional=config.positional,
+            )
         if config.cross_attention:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
             self.cross_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout)
@@ -244,6 +272,11 @@ class TransformerBlock(nn.Module):
                 f"got {type(layer).__name__}"
             )
         cfg = self.config
+        if not cfg.plain_attention:
+            raise ValueError(
+                "layer: PyTorch's layers have plain multi-head attention; this block has "
+                f"num_kv_heads={cfg.num_kv_heads}, positional={cfg.positional!r}"
+            )
         act_name = _activation_name(layer.activation) or repr(layer.activation)
         seen = {
             "cross_attention": decoder,

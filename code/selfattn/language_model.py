@@ -43,7 +43,11 @@ from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import batches
 from selfattn.modules import KVCache
 from selfattn.perplexity import negative_log_likelihood, token_nll
-from selfattn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from selfattn.positional import (
+    LearnedPositionalEmbedding,
+    NoPositionalEncoding,
+    SinusoidalPositionalEncoding,
+)
 
 __all__ = [
     "LMConfig",
@@ -54,7 +58,7 @@ __all__ = [
     "train_language_model",
 ]
 
-_POSITIONAL = ("learned", "sinusoidal")
+_POSITIONAL = ("learned", "sinusoidal", "rope", "alibi", "none")
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,9 @@ class LMConfig:
     d_ff: int | None = None  # hidden width of each block's MLP; None means 4 * d_model
     dropout: float = 0.0  # drop probability for attention weights and residual branches
     causal: bool = True  # False lets every position see the future: the model can "cheat"
-    positional: str = "learned"  # "learned" (trainable table) or "sinusoidal" (fixed)
+    positional: str = "learned"  # "learned" (trainable table) or "sinusoidal" (fixed) added
+    # to the embeddings; "rope" or "alibi" inside attention; "none": no positions at all
+    num_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: num_heads
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "num_heads", "num_layers"):
@@ -91,6 +97,7 @@ class LMConfig:
             raise ValueError(
                 f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
             )
+        self.block_config()  # validates num_kv_heads against num_heads
 
     @property
     def ff_dim(self) -> int:
@@ -99,9 +106,11 @@ class LMConfig:
 
     def block_config(self) -> BlockConfig:
         """The settings of each block: pre-LN, GELU, causal as ``causal``, no cross-attention."""
+        inside = self.positional if self.positional in ("rope", "alibi") else None
         return BlockConfig(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim,
                            dropout=float(self.dropout), norm_first=True, activation="gelu",
-                           causal=self.causal)
+                           causal=self.causal, num_kv_heads=self.num_kv_heads,
+                           positional=inside)
 
 
 class TinyLM(nn.Module):
@@ -129,8 +138,10 @@ class TinyLM(nn.Module):
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         if config.positional == "learned":
             self.pos: nn.Module = LearnedPositionalEmbedding(config.seq_len, config.d_model)
-        else:
+        elif config.positional == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(config.d_model, config.seq_len)
+        else:  # rope / alibi act inside attention; "none" has no positions
+            self.pos = NoPositionalEncoding()
         self.emb_drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.d_model)

@@ -425,3 +425,19 @@ def alibi_bias(num_heads: int, q_len: int, k_len: int | None = None, *, like: An
         dtype = like.dtype if like.is_floating_point() else torch.float64
         return torch.from_numpy(bias).to(dtype=dtype, device=like.device)
     return bias
+
+
+class NoPositionalEncoding(nn.Module):
+    """Add nothing: for models that place tokens inside attention (RoPE, ALiBi) or not at all.
+
+    Has the interface of :class:`LearnedPositionalEmbedding` (``forward(x,
+    offset)``), with no ``max_len`` limit.
+    """
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Return ``x`` unchanged (``(batch, seq_len, d_model)``)."""
+        check_floating("x", x)
+        return x
+
+
+__all__ += ["NoPositionalEncoding"]
