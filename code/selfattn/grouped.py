@@ -62,7 +62,7 @@ def kv_cache_bytes(
     float16/bfloat16, 4 for float32).
 
     Raises:
-        TypeError / ValueError: any argument not a positive int.
+        ValueError: any argument not a positive int (TypeError if not an int).
     """
     sizes = {"batch": batch, "seq_len": seq_len, "num_layers": num_layers,
              "num_kv_heads": num_kv_heads, "head_dim": head_dim,
@@ -88,8 +88,10 @@ class GroupedQueryAttention(nn.Module):
         rope_base: RoPE's wavelength base.
 
     Attributes:
-        w_q: ``Linear(d_model, d_model)``; w_k, w_v: ``Linear(d_model,
-        num_kv_heads * head_dim)``; w_o: ``Linear(d_model, d_model)``.
+        w_q: the query projection, ``Linear(d_model, d_model)``.
+        w_k: the key projection, ``Linear(d_model, num_kv_heads * head_dim)``.
+        w_v: the value projection, of the same shape as ``w_k``.
+        w_o: the output projection, ``Linear(d_model, d_model)``.
     """
 
     def __init__(

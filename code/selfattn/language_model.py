@@ -52,7 +52,6 @@ from selfattn.positional import (
 __all__ = [
     "LMConfig",
     "TinyLM",
-    "TransformerBlock",
     "evaluate_perplexity",
     "learning_rate_schedule",
     "train_language_model",
@@ -467,7 +466,8 @@ def learning_rate_schedule(steps: int, warmup: int | None = None) -> np.ndarray:
         ``(steps,)`` float64 NumPy array of factors in ``(0, 1]``.
 
     Raises:
-        TypeError / ValueError: ``steps`` not a positive int, ``warmup`` not an int >= 0.
+        ValueError: ``steps`` not a positive int, ``warmup`` not an int >= 0
+            (TypeError if ``steps`` is not an int).
     """
     check_positive_int("steps", steps)
     warmup = steps // 20 if warmup is None else warmup

@@ -296,7 +296,8 @@ def rotary_angles(positions: Any, head_dim: int, base: float = 10000.0) -> np.nd
         ``(L, head_dim // 2)`` float64 NumPy array.
 
     Raises:
-        TypeError / ValueError: bad ``positions``, odd ``head_dim``, ``base <= 1``.
+        ValueError: bad ``positions``, odd ``head_dim``, ``base <= 1`` (TypeError for
+            a wrong type).
     """
     check_positive_int("head_dim", head_dim)
     if head_dim % 2:

@@ -174,7 +174,7 @@ def tiled_attention(
 def peak_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
     """Run ``fn(*args, **kwargs)`` and return ``(result, peak bytes allocated during the call)``.
 
-    Uses :mod:`tracemalloc`, which sees NumPy's array buffers (NumPy reports
+    Uses ``tracemalloc``, which sees NumPy's array buffers (NumPy reports
     them to it) and Python objects, not memory allocated by other libraries'
     own allocators (PyTorch tensors are invisible to it). Memory that existed
     before the call (the inputs) is not counted.
