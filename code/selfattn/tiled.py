@@ -78,7 +78,8 @@ def attention_full(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = F
         ``(..., q_len, k_len)``: memory O(L²).
     """
     _check_qkv(q, k, v)
-    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])  # (..., q_len, k_len)
+    scale = np.asarray(1.0 / math.sqrt(q.shape[-1]), dtype=q.dtype)
+    scores = (q * scale) @ np.swapaxes(k, -1, -2)  # (..., q_len, k_len): the one L x L array
     if causal:
         q_len, k_len = q.shape[-2], k.shape[-2]
         future = np.arange(k_len)[None, :] > np.arange(k_len - q_len, k_len)[:, None]
