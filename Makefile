@@ -5,6 +5,7 @@
 #   make serve   live-reloading preview on http://127.0.0.1:8000
 #   make clean   remove the build (keeps .venv)
 #   make diagrams  redraw the SVG diagrams in images/ (commit the result)
+#   make clean-cache  remove only the chapters' execution cache (they re-execute)
 #   make lint    ruff over code, tests and tooling
 
 SHELL := /bin/bash
@@ -14,7 +15,9 @@ PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 BUILD   ?= _build
-SPHINXOPTS ?= -n -W --keep-going -j 1
+# -j auto: chapters execute while Sphinx reads them, one worker (and one kernel with one
+# BLAS thread, see _ext/exec_report.py) per core.
+SPHINXOPTS ?= -n -W --keep-going -j auto
 # The stamp changes whenever the pins or the package metadata change, so `make`
 # re-installs exactly then.
 STAMP   := $(VENV)/.stamp-$(shell cat requirements-lock.txt pyproject.toml | cksum | cut -d' ' -f1)
@@ -26,7 +29,7 @@ NODE_STAMP := node_modules/.stamp-$(shell cat package-lock.json | cksum | cut -d
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: html test test-fast serve clean lint venv node-deps browser-deps lock diagrams
+.PHONY: html test test-fast serve clean clean-cache lint venv node-deps browser-deps lock diagrams
 
 venv: $(STAMP)
 
@@ -85,3 +88,6 @@ lock: $(STAMP)
 
 clean:
 	rm -rf $(BUILD) .pytest_cache
+
+clean-cache:
+	rm -rf $(BUILD)/.jupyter_cache

@@ -28,7 +28,8 @@ extensions = [
     "sphinxcontrib.bibtex",
     "sphinxcontrib.katex",  # math rendered to HTML at build time (Node + KaTeX)
     "katex_local",  # KaTeX CSS + fonts from node_modules into _static; parse errors fail
-    "exec_cache",  # re-executes chapters whenever code/selfattn changes
+    "exec_cache",  # re-executes chapters whenever code/selfattn changes; heals a broken cache
+    "exec_report",  # failing cell in one screen; balanced parallel execution; times
     "launch_notebooks",  # Colab/Binder/download point at executed .ipynb files
     "sphinx_last_updated_by_git",  # "last updated" from each page's git history
     "notfound.extension",  # a 404 page with absolute links
