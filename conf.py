@@ -103,6 +103,8 @@ html_theme_options = {
     },
 }
 launch_notebook_branch = "gh-pages"  # the Pages workflow publishes _build/html there
+launch_binder_env_ref = "binder-env"  # _extra/binder only; the workflow keeps its commit stable
+publish_site_url = "https://selfattn-verified.github.io/self-attention-verified/"
 launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"
 
 # The 404 page links with absolute URLs: the site lives under /<repo>/ on GitHub Pages
