@@ -115,3 +115,38 @@ notfound_urls_prefix = (
 html_last_updated_fmt = "%Y-%m-%d"
 # Without this the theme starts with an empty mode and logs a console error.
 html_context = {"default_mode": "auto"}
+
+# --- the whole-book PDF (`make pdf`: LaTeX builder + XeLaTeX) ----------------
+# The same executed notebooks (jupyter-cache) as the site; figures from their
+# image/png outputs, matrix tables from their text/plain (aligned) form.
+latex_engine = "xelatex"
+latex_documents = [
+    ("_pdf/book", "self-attention-verified.tex", project, author, "manual"),
+]
+# The PDF's root is _pdf/book.md (chapters, then the back matter as appendices);
+# `make pdf` passes `-t pdf`. The site never sees that folder, the PDF never
+# sees the site's front page (its sections would become chapters).
+if tags.has("pdf"):  # noqa: F821  (Sphinx injects `tags` into conf.py)
+    root_doc = "_pdf/book"
+    exclude_patterns += ["index.md", "404.md"]
+else:
+    exclude_patterns.append("_pdf")
+latex_show_urls = "no"
+latex_show_pagerefs = False
+latex_elements = {
+    "papersize": "a4paper",
+    "pointsize": "10pt",
+    # GNU FreeFont (Debian fonts-freefont-otf) for text; DejaVu Sans Mono
+    # (fonts-dejavu-core) for code and outputs: it has the ᵀ the outputs print.
+    "fontpkg": r"""
+\setmainfont{FreeSerif}[UprightFont=*, ItalicFont=*Italic,
+                        BoldFont=*Bold, BoldItalicFont=*BoldItalic]
+\setsansfont{FreeSans}[UprightFont=*, ItalicFont=*Oblique,
+                       BoldFont=*Bold, BoldItalicFont=*BoldOblique]
+\setmonofont{DejaVu Sans Mono}[Scale=MatchLowercase]
+""",
+    # long output lines wrap instead of running off the page
+    "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxoverfull=1",
+    "figure_align": "H",
+    "printindex": r"\footnotesize\raggedright\printindex",
+}
