@@ -88,7 +88,7 @@ pdf: $(STAMP) $(NODE_STAMP) latex-deps
 	cp $(BUILD)/pdf/$(PDF_NAME) $(BUILD)/html/$(PDF_NAME)
 	@echo "Built: $(BUILD)/pdf/$(PDF_NAME) ($$(pdfinfo $(BUILD)/pdf/$(PDF_NAME) 2>/dev/null | sed -n 's/^Pages: *//p') pages), copied into $(BUILD)/html"
 
-test: html browser-deps
+test: html pdf browser-deps
 	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
 	$(VENV)/bin/pytest
 

@@ -46,7 +46,7 @@ suppress_warnings = ["git.too_shallow", "git.subprocess_error"]
 git_untracked_show_sourcelink = True
 templates_path = ["_templates"]
 html_static_path = ["_static"]
-html_css_files = ["custom.css"]
+html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark on white
 
 # --- strictness -----------------------------------------------------------
 nitpicky = True
