@@ -17,6 +17,7 @@ import html
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -265,16 +266,22 @@ def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> str:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     extras = sorted({p for c in CHAPTERS for p in install_extras(published(c))})
+    # install from a copy of the checkout: setuptools leaves build/ where it builds
+    package = env / "selfattn-src"
+    package.mkdir()
+    shutil.copy2(ROOT / "pyproject.toml", package)
+    shutil.copytree(ROOT / "code", package / "code",
+                    ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
     # CPU torch 2.13.0 (the pin), the package itself, a kernel, the notebooks' own extras
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, "torch==2.13.0", str(ROOT), "ipykernel==7.4.0", *extras],
+    subprocess.run([*pip, "torch==2.13.0", str(package), "ipykernel==7.4.0", *extras],
                    check=True, cwd=env)
     probe = subprocess.run(
         [str(python), "-c", "import importlib.util as u; import selfattn, sys;"
          "print(selfattn.__file__); sys.exit(u.find_spec('myst_nb') is not None)"],
         capture_output=True, text=True, cwd=env)
     assert probe.returncode == 0, "the fresh venv has myst_nb: it is not fresh"
-    assert str(ROOT / "code") not in probe.stdout, "selfattn must be installed, not the checkout"
+    assert str(ROOT) not in probe.stdout, "selfattn must be installed, not the checkout"
     kernels = env / "share" / "jupyter" / "kernels" / "fresh"
     kernels.mkdir(parents=True)
     (kernels / "kernel.json").write_text(json.dumps({
