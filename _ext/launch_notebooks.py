@@ -10,6 +10,8 @@ and Binder at the ``.md`` in the repository. This extension, after the theme:
   build-only imports, a first ``%pip install`` cell, executed outputs kept);
 * points Colab at that notebook on the published branch
   (``launch_notebook_branch``, where the site is deployed), and
+* adds the whole-book PDF (``book_pdf_name``, made by ``make pdf``) to every
+  page's download menu, and
 * points Binder at a separate, rarely changing environment ref
   (``launch_binder_env_ref``, made from ``_extra/binder`` by the Pages workflow)
   whose image nbgitpuller fills with the notebooks of the published branch. The
@@ -158,9 +160,31 @@ def _walk(buttons: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield from _walk(button.get("buttons", []))
 
 
+def _book_pdf_button(app: Sphinx, context: dict) -> None:
+    """The download menu offers the whole book as a PDF (`make pdf` copies it into
+    the site); the theme's own ".pdf" entry only prints the page, so it says so."""
+    name = app.config.book_pdf_name
+    if not name:
+        return
+    for button in _walk(context.get("header_buttons", [])):
+        if button.get("label") != "download-buttons":
+            continue
+        entries = button.setdefault("buttons", [])
+        for entry in entries:
+            if entry.get("label") == "download-pdf-button":
+                entry["text"], entry["tooltip"] = "print", "Print this page"
+        if not any(e.get("label") == "download-book-pdf-button" for e in entries):
+            entries.append({
+                "type": "link", "url": context["pathto"](name, 1), "text": "book .pdf",
+                "tooltip": "Download the whole book as one PDF", "icon": "fas fa-book",
+                "label": "download-book-pdf-button",
+            })
+
+
 def _on_page_context(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
+    _book_pdf_button(app, context)
     ipynb = context.get("ipynb_source")
     if not ipynb:
         return
@@ -189,6 +213,7 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value("launch_install_spec", "selfattn", "html")
     app.add_config_value("publish_site_url", "", "html")
     app.add_config_value("publish_references_doc", "references", "html")
+    app.add_config_value("book_pdf_name", "self-attention-verified.pdf", "html")
     # After sphinx-book-theme's own handler (default priority 500) has built the buttons.
     app.connect("html-page-context", _on_page_context, priority=900)
     return {"version": "2.0", "parallel_read_safe": True, "parallel_write_safe": True}
