@@ -188,6 +188,12 @@ def convert_directive(
     classes = options.get("class", "").split()
     if name in ("math",):
         return ["$$", *content, "$$"]
+    if name == "raw":
+        # raw HTML without scripts passes through (Jupyter sanitises scripts anyway:
+        # the site's redirect snippets do nothing in a notebook); other formats go
+        raw = body  # verbatim: no role conversion inside
+        keep = argument.split()[:1] == ["html"] and "<script" not in "\n".join(raw).lower()
+        return raw if keep else []
     if name in ("dropdown", "toggle") or "dropdown" in classes:
         title = convert_roles(argument, values, resolver) or "Details"
         return [f"<details><summary>{title}</summary>", "", *content, "", "</details>"]

@@ -141,6 +141,13 @@ def test_markdown_conversion_of_roles_and_directives() -> None:
     ]
 
 
+def test_raw_blocks_keep_plain_html_and_drop_scripts_and_latex() -> None:
+    source = "\n".join(["```{raw} html", "<b>kept</b>", "```",
+                        "```{raw} html", "<script>redirect()</script>", "```",
+                        "```{raw} latex", "\\appendix", "```", "after"])
+    assert convert_markdown(source, {}, Resolver()) == "<b>kept</b>\nafter"
+
+
 def test_unknown_myst_fails_loudly() -> None:
     with pytest.raises(PublishError, match="role"):
         convert_markdown("{unknownrole}`x`", {}, Resolver())

@@ -73,10 +73,18 @@ def test_pdf_has_pages_and_figures() -> None:
     assert len(images) >= site_figures, f"PDF has {len(images)} images, site {site_figures}"
 
 
-def test_pdf_has_every_chapter_title(pdf_text: str) -> None:
-    missing = [chapter_title(c) for c in CHAPTERS
-               if chapter_title(c).upper() not in pdf_text.upper()]
+def test_pdf_has_every_chapter_title_in_the_sites_order(pdf_text: str) -> None:
+    """The PDF globs chapters/*; the site lists them in index.md: same set, same order."""
+    index = (ROOT / "index.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^chapters/([\w-]+)\s*$", index, re.M)
+    assert sorted(listed) == [c.stem for c in CHAPTERS], "index.md and chapters/ disagree"
+    titles = [chapter_title(ROOT / "chapters" / f"{stem}.md") for stem in listed]
+    text = pdf_text.upper()
+    missing = [t for t in titles if t.upper() not in text]
     assert not missing, f"chapter titles not in the PDF: {missing}"
+    # the first occurrence of each title is its line in the table of contents
+    positions = [text.index(t.upper()) for t in titles]
+    assert positions == sorted(positions), f"chapters out of order in the PDF: {titles}"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
