@@ -47,6 +47,9 @@ git_untracked_show_sourcelink = True
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+# The visible sidebar toggles forward their clicks to the ones the themes bind
+# (pydata-sphinx-theme#2451, sphinx-book-theme#988); see _static/sidebar-toggles.js.
+html_js_files = [("sidebar-toggles.js", {"defer": "defer"})]
 
 # --- strictness -----------------------------------------------------------
 nitpicky = True

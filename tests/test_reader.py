@@ -342,3 +342,56 @@ def test_page_budget(browser: object, site: str, rel: str) -> None:
         assert typeset_ms / 1000 <= MAX_TYPESET_SECONDS, f"{rel}: math typeset at {typeset_ms} ms"
     finally:
         context.close()
+
+
+# --- phones and tablets: sidebars ------------------------------------------------
+
+PHONE = {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True}
+
+
+def test_sidebar_toggles_open_the_chapter_list_and_page_contents_on_a_phone(
+    browser: object, site: str
+) -> None:
+    """At 390 px the ☰ button opens the chapter list (a chapter link in it works) and
+    "On this page" opens the in-page contents."""
+    rel = CHAPTER_PAGES[1]
+    context, page = open_page(browser, site, rel, **PHONE)
+    try:
+        primary = page.locator(".bd-header-article button.primary-toggle")
+        assert primary.is_visible(), "no visible ☰ button in the article header"
+        dialog = page.locator("#pst-primary-sidebar-modal")
+        primary.tap()
+        page.wait_for_timeout(300)
+        assert dialog.evaluate("d => d.open"), "☰ did not open the chapter list"
+        link = dialog.locator("nav.bd-docs-nav a.reference", has_text="Multi-head").first
+        assert link.is_visible(), "chapter list opened but its links are not visible"
+        link.tap()
+        page.wait_for_url("**/chapters/03-multi-head.html*")
+
+        secondary = page.locator(".bd-header-article button.secondary-toggle")
+        assert secondary.is_visible(), "no visible 'On this page' button"
+        toc = page.locator("#pst-secondary-sidebar-modal")
+        secondary.tap()
+        page.wait_for_timeout(300)
+        assert toc.evaluate("d => d.open"), "'On this page' did not open the contents"
+        entry = toc.locator("nav a.nav-link").first
+        assert entry.is_visible(), "page contents opened but no entry is visible"
+        page.screenshot(path=str(SHOTS / "phone-390-toc.png"))
+    finally:
+        context.close()
+
+
+def test_sidebar_toggle_collapses_the_sidebar_on_a_desktop(browser: object, site: str) -> None:
+    context, page = open_page(browser, site, CHAPTER_PAGES[1],
+                              viewport={"width": 1280, "height": 900})
+    try:
+        sidebar = page.locator("#pst-primary-sidebar")
+        assert sidebar.is_visible()
+        page.locator(".bd-header-article button.primary-toggle").click()
+        page.wait_for_timeout(600)  # the theme animates the collapse
+        assert not sidebar.is_visible(), "'Toggle primary sidebar' left the sidebar in place"
+        page.locator(".bd-header-article button.primary-toggle").click()
+        page.wait_for_timeout(600)
+        assert sidebar.is_visible(), "a second click did not bring the sidebar back"
+    finally:
+        context.close()
