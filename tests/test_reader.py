@@ -395,3 +395,50 @@ def test_sidebar_toggle_collapses_the_sidebar_on_a_desktop(browser: object, site
         assert sidebar.is_visible(), "a second click did not bring the sidebar back"
     finally:
         context.close()
+
+
+# --- phones: display equations -----------------------------------------------------
+
+ALL_PAGES = sorted(
+    p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+    if "_static" not in p.parts and "_sources" not in p.parts
+) if (HTML / "index.html").is_file() else ["index.html"]
+
+# For each display equation: its box must lie inside the viewport, and the typeset
+# formula must start at or right of the box's left edge when scrolled fully left and end
+# at or left of its right edge when scrolled fully right (so every part can be seen).
+DISPLAY_MATH_JS = """
+() => Array.from(document.querySelectorAll('div.math')).map((box, i) => {
+  const formula = box.querySelector('.katex-display > .katex') || box.querySelector('.katex');
+  const b = box.getBoundingClientRect();
+  box.scrollLeft = 0;
+  const atStart = formula.getBoundingClientRect();
+  box.scrollLeft = box.scrollWidth;
+  const atEnd = formula.getBoundingClientRect();
+  const bEnd = box.getBoundingClientRect();
+  box.scrollLeft = 0;
+  const tex = (box.querySelector('annotation') || {}).textContent || '';
+  return {i, tex: tex.slice(0, 60), boxLeft: b.left, boxRight: b.right,
+          view: window.innerWidth, startLeft: atStart.left, endRight: atEnd.right,
+          endBoxRight: bEnd.right, overflowX: getComputedStyle(box).overflowX};
+})
+"""
+
+
+@pytest.mark.parametrize("rel", ALL_PAGES)
+def test_display_math_fits_or_scrolls_in_its_own_box_on_a_phone(
+    browser: object, site: str, rel: str
+) -> None:
+    context, page = open_page(browser, site, rel, viewport={"width": 390, "height": 844})
+    try:
+        cut = []
+        for m in page.evaluate(DISPLAY_MATH_JS):
+            if m["boxLeft"] < -0.5 or m["boxRight"] > m["view"] + 0.5:
+                cut.append(f"box outside the page {m}")
+            elif m["startLeft"] < m["boxLeft"] - 0.5:
+                cut.append(f"left part hidden by {m['boxLeft'] - m['startLeft']:.0f} px: {m}")
+            elif m["endRight"] > m["endBoxRight"] + 0.5:
+                cut.append(f"right part hidden by {m['endRight'] - m['endBoxRight']:.0f} px: {m}")
+        assert cut == [], f"{rel}: {len(cut)} display equations cut off:\n" + "\n".join(cut)
+    finally:
+        context.close()
