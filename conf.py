@@ -48,6 +48,10 @@ git_untracked_show_sourcelink = True
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark on white
+# The visible sidebar toggles forward their clicks to the ones the themes bind
+# (pydata-sphinx-theme#2451, sphinx-book-theme#988); see _static/sidebar-toggles.js.
+html_js_files = [("sidebar-toggles.js", {"defer": "defer"}),
+                 ("figures.js", {"defer": "defer"})]  # figure text >= 9.5 px on phones
 
 # --- strictness -----------------------------------------------------------
 nitpicky = True
@@ -67,6 +71,13 @@ nb_execution_show_tb = True
 nb_merge_streams = True
 nb_output_stderr = "warn"  # stray stderr (e.g. a library warning) fails the build
 nb_render_image_options = {"alt": "Figure drawn by the code above"}
+# Figures: each one is output as SVG and PDF (selfattn.plotting.use_book_style). The
+# web page shows the SVG (vector, text kept as text); the LaTeX/PDF build takes the PDF.
+nb_mime_priority_overrides = [
+    ("html", "image/svg+xml", 0),
+    ("latex", "application/pdf", 0),
+    ("latex", "image/png", 1),
+]
 
 exec_cache_watch = ["code/selfattn"]
 exec_cache_root = "_build/.jupyter_cache"
