@@ -148,6 +148,18 @@ def test_raw_blocks_keep_plain_html_and_drop_scripts_and_latex() -> None:
     assert convert_markdown(source, {}, Resolver()) == "<b>kept</b>\nafter"
 
 
+def test_figures_link_to_the_site_and_builder_only_blocks_are_dropped() -> None:
+    source = "\n".join([
+        "```{figure} ../images/flow.*", ":figclass: only-light", ":alt: X becomes Q", "",
+        "The caption.", "```", "", "````{only} html", "```{figure} ../images/flow-dark.svg",
+        ":alt: dark twin", "", "Dark caption.", "```", "````", "after",
+    ])
+    resolver = Resolver(image=lambda path: "https://site/_images/" + path.rsplit("/", 1)[-1])
+    assert convert_markdown(source, {}, resolver).split("\n") == [
+        "![X becomes Q](https://site/_images/flow.svg)", "", "*The caption.*", "", "after",
+    ]
+
+
 def test_unknown_myst_fails_loudly() -> None:
     with pytest.raises(PublishError, match="role"):
         convert_markdown("{unknownrole}`x`", {}, Resolver())
