@@ -112,6 +112,8 @@ def make_resolver(app: Sphinx, docname: str) -> Resolver:
         key = label.lower()
         if key in std.labels:
             target_doc, anchor, title = std.labels[key]
+            if target_doc == docname:  # same chapter: the notebook's own anchor
+                return title, f"#{label}"
             return title, url(target_doc, anchor)
         if key in std.anonlabels:
             target_doc, anchor = std.anonlabels[key]

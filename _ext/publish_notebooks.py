@@ -245,7 +245,11 @@ def convert_markdown_lines(
                 out.extend(lines[i:end + 1])
             i = end + 1
             continue
-        if re.match(r"^\s*\([\w.:-]+\)=\s*$", line):  # (label)=
+        label = re.match(r"^\s*\(([\w.:-]+)\)=\s*$", line)
+        if label:  # (label)= -> an anchor that same-notebook links can jump to
+            # (a blank line after it: an HTML block runs until one, and would
+            # swallow the heading that follows)
+            out.extend([f'<a id="{label.group(1)}"></a>', ""])
             i += 1
             continue
         if re.match(r"^%", line):  # MyST comment

@@ -118,6 +118,8 @@ def test_markdown_conversion_of_roles_and_directives() -> None:
         "$$ a = b $$ (eq-one)",
     ])
     assert convert_markdown(source, values, resolver).split("\n") == [
+        '<a id="sec-label"></a>',
+        "",
         "## Title",
         "Weight 0.783, count 12, name abc, any 12.",
         "See [Chapter One](https://site/01-concept.html), [the part](https://site/p.html#sec-x), "
