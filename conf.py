@@ -140,6 +140,7 @@ latex_documents = [
 # sees the site's front page (its sections would become chapters).
 if tags.has("pdf"):  # noqa: F821  (Sphinx injects `tags` into conf.py)
     root_doc = "_pdf/book"
+    extensions.append("pdf_book")  # fills _pdf/book.md's toctrees from index.md
     exclude_patterns += ["index.md", "404.md"]
 else:
     exclude_patterns.append("_pdf")
