@@ -327,7 +327,9 @@ def test_need_weights_false_returns_none_and_same_output():
     x = torch.randn(2, 3, 8)
     out, w = mha(x, need_weights=False)
     assert w is None
-    torch.testing.assert_close(out, mha(x)[0], rtol=0, atol=0)
+    # need_weights=False takes PyTorch's fused kernel (no weights formed): the same
+    # output up to the order of the sums
+    torch.testing.assert_close(out, mha(x)[0], **TOL[torch.float32])
 
 
 def test_gradcheck_multi_head_attention_float64():
@@ -798,3 +800,64 @@ def test_torch_boolean_mask_conventions():
         ref = model(src, tgt, **{name: pad_add})
         assert same(model(src, tgt, **{name: ~real}), ref), name
         assert not same(model(src, tgt, **{name: real}), ref), name
+
+# ================================================================ siblings must agree
+# Values computed on separate code paths that must agree, above all in training mode,
+# where dropout makes the weights random: the weights a module returns must be the
+# weights its context was computed from.
+
+
+def test_causal_dropout_context_is_computed_from_the_returned_weights():
+    torch.manual_seed(21)
+    csa = CausalSelfAttention(5, 4, dropout=0.5).double().train()
+    x = torch.randn(3, 6, 5, dtype=torch.float64)
+    context, weights = csa(x)
+    eval_weights = csa.eval()(x)[1]
+    dropped = (weights == 0) & (eval_weights > 0)
+    assert dropped.any() and (~dropped & (eval_weights > 0)).any()  # dropout did act
+    v = csa.w_v(x)  # (batch, seq_len, d_out)
+    torch.testing.assert_close(context, weights @ v, **TOL[torch.float64])
+    # unbatched input: the same rule
+    csa.train()
+    c1, w1 = csa(x[0])
+    torch.testing.assert_close(c1, w1 @ csa.w_v(x[0]), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_mha_dropout_output_is_computed_from_the_returned_weights(causal):
+    torch.manual_seed(22)
+    mha = MultiHeadAttention(12, 3, dropout=0.4, causal=causal).double().train()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    torch.manual_seed(0)
+    out, w = mha(x, average_weights=False)  # (batch, q_len, d_model), (batch, heads, q, k)
+    assert (w == 0).any() and not torch.allclose(w.sum(-1), torch.ones(2, 3, 5, dtype=w.dtype))
+    v = split_heads(mha.w_v(x), 3)  # (batch, heads, k_len, head_dim)
+    expected = mha.w_o(merge_heads(w @ v))  # (batch, q_len, d_model)
+    torch.testing.assert_close(out, expected, **TOL[torch.float64])
+    # The same dropout draw (same seed) with averaged weights or none: the same output,
+    # and the averaged weights are the mean of the per-head weights actually used.
+    torch.manual_seed(0)
+    out_avg, w_avg = mha(x)
+    torch.manual_seed(0)
+    out_none, w_none = mha(x, need_weights=False)
+    assert w_none is None
+    torch.testing.assert_close(out_avg, out, rtol=0, atol=0)
+    torch.testing.assert_close(out_none, out, rtol=0, atol=0)
+    torch.testing.assert_close(w_avg, w.mean(dim=1), rtol=0, atol=0)
+
+
+def test_mha_eval_weights_explain_the_output_with_masks_and_cache():
+    torch.manual_seed(23)
+    mha = MultiHeadAttention(8, 2, causal=True).double().eval()
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    pad = key_padding_to_attention_mask(padding_mask([6, 4], like=x))  # (2, 1, 1, 6)
+    out, w = mha(x, mask=pad, average_weights=False)
+    v = split_heads(mha.w_v(x), 2)
+    torch.testing.assert_close(out, mha.w_o(merge_heads(w @ v)), **TOL[torch.float64])
+    # with a KV cache, the last token's weights over the cached keys explain its output
+    cache = KVCache()
+    mha(x[:, :5], kv_cache=cache, need_weights=False)
+    out_last, w_last = mha(x[:, 5:], kv_cache=cache, average_weights=False)
+    full_out, full_w = mha(x, average_weights=False)  # no padding mask here
+    torch.testing.assert_close(out_last, full_out[:, 5:], **TOL[torch.float64])
+    torch.testing.assert_close(w_last, full_w[:, :, 5:], **TOL[torch.float64])
