@@ -4,7 +4,7 @@
 #   make test    the same set-up, then the whole test suite (package, build, browser)
 #   make serve   live-reloading preview on http://127.0.0.1:8000
 #   make clean   remove the build (keeps .venv)
-#   make clean-cache  remove only the chapters' execution cache (they re-execute)
+#   make clean-cache  remove the chapters' execution cache: the next build executes them all
 #   make lint    ruff over code, tests and tooling
 
 SHELL := /bin/bash
@@ -48,9 +48,23 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-html: $(STAMP) $(NODE_STAMP)
+# Every file the book is built from (not the tests, CI files or caches), and git's index
+# (the pages show each file's last commit). Sphinx runs only when one of them is newer
+# than the last successful build: a no-op `make html` starts no Python at all.
+BOOK_INPUTS := $(shell find . \( -name .git -o -name .venv -o -name node_modules \
+	-o -name _build -o -name tests -o -name .ci -o -name .github -o -name __pycache__ \
+	-o -name '.*_cache' -o -name .hypothesis -o -name '* *' \) -prune -o -type f -print)
+GIT_INDEX := $(wildcard $(shell git rev-parse --git-path index 2>/dev/null | grep -v ' '))
+
+html: $(BUILD)/.html-built
+	@if [ -e $(BUILD)/.html-fresh ]; then rm -f $(BUILD)/.html-fresh; \
+	  echo "Built: $(BUILD)/html/index.html"; \
+	else echo "Up to date: $(BUILD)/html/index.html (no input changed since the last build;" \
+	  "chapter execution times in $(BUILD)/exec-times.json)"; fi
+
+$(BUILD)/.html-built: $(STAMP) $(NODE_STAMP) $(BOOK_INPUTS) $(GIT_INDEX)
 	$(VENV)/bin/sphinx-build $(SPHINXOPTS) -b html . $(BUILD)/html
-	@echo "Built: $(BUILD)/html/index.html"
+	@touch $@ $(BUILD)/.html-fresh
 
 # Chromium for the browser tests comes from Debian. Under CI it is installed
 # when missing, never skipped.
@@ -84,5 +98,6 @@ lock: $(STAMP)
 clean:
 	rm -rf $(BUILD) .pytest_cache
 
+# The execution cache and Sphinx's environment: the next `make html` executes every chapter.
 clean-cache:
-	rm -rf $(BUILD)/.jupyter_cache
+	rm -rf $(BUILD)/.jupyter_cache $(BUILD)/html/.doctrees $(BUILD)/.html-built
