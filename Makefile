@@ -4,8 +4,10 @@
 #   make test    the same set-up, then the whole test suite (package, build, browser)
 #   make serve   live-reloading preview on http://127.0.0.1:8000
 #   make clean   remove the build (keeps .venv)
+#   make diagrams  redraw the SVG diagrams in images/ (commit the result)
 #   make clean-cache  remove the chapters' execution cache: the next build executes them all
 #   make lint    ruff over code, tests and tooling
+#   make pdf     the whole book as one PDF (LaTeX builder + XeLaTeX), also copied into the site
 
 SHELL := /bin/bash
 # pipefail: a failing pip install fails the recipe even though its output is filtered
@@ -28,7 +30,7 @@ NODE_STAMP := node_modules/.stamp-$(shell cat package-lock.json | cksum | cut -d
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: html test test-fast serve clean clean-cache lint venv node-deps browser-deps lock
+.PHONY: html test test-fast serve clean clean-cache lint venv node-deps browser-deps lock diagrams pdf latex-deps
 
 venv: $(STAMP)
 
@@ -77,8 +79,35 @@ browser-deps:
 	  else echo "chromium not found: browser tests will be skipped (install Debian's chromium)"; fi; \
 	fi
 
-test: html browser-deps
-	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
+# The PDF lives under _build/pdf and is copied into the site, which links it
+# from its front page. It reuses the site's executed notebooks (jupyter-cache).
+PDF_NAME := self-attention-verified.pdf
+# XeLaTeX, latexmk, xindy, the fonts and pdftotext (for the tests) come from Debian,
+# installed like Chromium.
+LATEX_DEBS := texlive-xetex latexmk texlive-fonts-recommended fonts-freefont-otf fonts-dejavu-core xindy poppler-utils
+
+latex-deps:
+	@missing=""; for tool in xelatex latexmk xindy pdftotext; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	fc-list 2>/dev/null | grep -q FreeSerif || missing="$$missing FreeSerif"; \
+	fc-list 2>/dev/null | grep -q "DejaVu Sans Mono" || missing="$$missing DejaVuSansMono"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's $(LATEX_DEBS) for the PDF (missing:$$missing)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(LATEX_DEBS) >/dev/null) || exit 1; \
+	  else echo "missing:$$missing; install Debian's $(LATEX_DEBS)" >&2; exit 1; fi; \
+	fi
+
+pdf: $(STAMP) $(NODE_STAMP) latex-deps
+	$(VENV)/bin/sphinx-build $(SPHINXOPTS) -t pdf -b latex . $(BUILD)/latex
+	$(MAKE) -C $(BUILD)/latex all-pdf LATEXMKOPTS="-silent -interaction=nonstopmode -halt-on-error" >$(BUILD)/latex/make-pdf.log 2>&1 \
+	  || { tail -40 $(BUILD)/latex/make-pdf.log >&2; exit 1; }
+	mkdir -p $(BUILD)/pdf $(BUILD)/html
+	cp $(BUILD)/latex/$(PDF_NAME) $(BUILD)/pdf/$(PDF_NAME)
+	cp $(BUILD)/pdf/$(PDF_NAME) $(BUILD)/html/$(PDF_NAME)
+	@echo "Built: $(BUILD)/pdf/$(PDF_NAME) ($$(pdfinfo $(BUILD)/pdf/$(PDF_NAME) 2>/dev/null | sed -n 's/^Pages: *//p') pages), copied into $(BUILD)/html"
+
+test: html pdf browser-deps
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
 	$(VENV)/bin/pytest
 
 # Package tests only: no book build, no browser.
@@ -88,8 +117,12 @@ test-fast: $(STAMP)
 serve: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/sphinx-autobuild $(SPHINXOPTS) --watch code/selfattn --port 8000 . $(BUILD)/html
 
+# The diagrams are committed; tests/test_diagrams.py fails when they drift from the script.
+diagrams: $(STAMP)
+	$(PY) images/make_diagrams.py
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
 
 lock: $(STAMP)
 	$(PY) -m pip freeze --exclude-editable | grep -v "^torch==" > requirements-lock.txt

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -32,6 +32,11 @@ pytestmark = pytest.mark.browser
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
 CHAPTER_PAGES = [f"chapters/{c.stem}.html" for c in CHAPTERS]
+# Every page of the built site, the search page and the general index included.
+ALL_PAGES = sorted(
+    p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+    if "_static" not in p.parts and "_sources" not in p.parts
+) if (HTML / "index.html").is_file() else ["index.html"]
 SHOTS = ROOT / "_build" / "screenshots"
 # Page budget: first load of a chapter page, and time until its math is typeset.
 MAX_PAGE_BYTES = 1_500_000
@@ -171,12 +176,15 @@ def test_download_and_launch_point_at_executed_notebooks(chapter: Path) -> None:
     notebook = json.loads((HTML / nb_rel).read_text(encoding="utf-8"))
     outputs = sum(len(c.get("outputs", [])) for c in notebook["cells"] if c["cell_type"] == "code")
     assert outputs > 0, "downloadable notebook has no executed outputs"
-    assert notebook["cells"][0]["id"] == "selfattn-launch-setup"
+    setup = [c for c in notebook["cells"] if c.get("id") == "selfattn-launch-setup"]
+    assert setup and notebook["cells"].index(setup[0]) <= 1, "no install cell at the top"
     assert f'href="../{nb_rel}"' in html, "no .ipynb download link"
     for host in ("colab.research.google.com", "mybinder.org"):
         links = re.findall(rf'href="(https://{re.escape(host)}[^"]+)"', html)
         assert links, f"no {host} launch link"
-        assert links[0].endswith(f"/{nb_rel}"), f"{host} link does not open the .ipynb: {links[0]}"
+        # Binder's link carries the notebook path inside nbgitpuller's (encoded) query
+        target = unquote(unquote(links[0]))
+        assert target.endswith(f"/{nb_rel}"), f"{host} link does not open the .ipynb: {target}"
 
 
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
@@ -261,7 +269,7 @@ def test_search_finds_the_right_sections(browser: object, site: str, term: str,
 
 # --- small screens, accessibility, 404, budget -----------------------------------
 
-@pytest.mark.parametrize("rel", ["index.html", *CHAPTER_PAGES])
+@pytest.mark.parametrize("rel", ALL_PAGES)
 def test_phone_width_has_no_horizontal_page_scroll(browser: object, site: str, rel: str) -> None:
     context, page = open_page(browser, site, rel, viewport={"width": 390, "height": 844})
     try:
@@ -342,3 +350,186 @@ def test_page_budget(browser: object, site: str, rel: str) -> None:
         assert typeset_ms / 1000 <= MAX_TYPESET_SECONDS, f"{rel}: math typeset at {typeset_ms} ms"
     finally:
         context.close()
+
+
+# --- phones and tablets: sidebars ------------------------------------------------
+
+PHONE = {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True}
+
+
+def test_sidebar_toggles_open_the_chapter_list_and_page_contents_on_a_phone(
+    browser: object, site: str
+) -> None:
+    """At 390 px the ☰ button opens the chapter list (a chapter link in it works) and
+    "On this page" opens the in-page contents."""
+    rel = CHAPTER_PAGES[1]
+    context, page = open_page(browser, site, rel, **PHONE)
+    try:
+        primary = page.locator(".bd-header-article button.primary-toggle")
+        assert primary.is_visible(), "no visible ☰ button in the article header"
+        dialog = page.locator("#pst-primary-sidebar-modal")
+        primary.tap()
+        page.wait_for_timeout(300)
+        assert dialog.evaluate("d => d.open"), "☰ did not open the chapter list"
+        link = dialog.locator("nav.bd-docs-nav a.reference", has_text="Multi-head").first
+        assert link.is_visible(), "chapter list opened but its links are not visible"
+        link.tap()
+        page.wait_for_url("**/chapters/03-multi-head.html*")
+
+        secondary = page.locator(".bd-header-article button.secondary-toggle")
+        assert secondary.is_visible(), "no visible 'On this page' button"
+        toc = page.locator("#pst-secondary-sidebar-modal")
+        secondary.tap()
+        page.wait_for_timeout(300)
+        assert toc.evaluate("d => d.open"), "'On this page' did not open the contents"
+        entry = toc.locator("nav a.nav-link").first
+        assert entry.is_visible(), "page contents opened but no entry is visible"
+        page.screenshot(path=str(SHOTS / "phone-390-toc.png"))
+    finally:
+        context.close()
+
+
+def test_sidebar_toggle_collapses_the_sidebar_on_a_desktop(browser: object, site: str) -> None:
+    context, page = open_page(browser, site, CHAPTER_PAGES[1],
+                              viewport={"width": 1280, "height": 900})
+    try:
+        sidebar = page.locator("#pst-primary-sidebar")
+        assert sidebar.is_visible()
+        page.locator(".bd-header-article button.primary-toggle").click()
+        page.wait_for_timeout(600)  # the theme animates the collapse
+        assert not sidebar.is_visible(), "'Toggle primary sidebar' left the sidebar in place"
+        page.locator(".bd-header-article button.primary-toggle").click()
+        page.wait_for_timeout(600)
+        assert sidebar.is_visible(), "a second click did not bring the sidebar back"
+    finally:
+        context.close()
+
+
+# --- phones: display equations -----------------------------------------------------
+
+
+# For each display equation: its box must lie inside the viewport, and the typeset
+# formula must start at or right of the box's left edge when scrolled fully left and end
+# at or left of its right edge when scrolled fully right (so every part can be seen).
+DISPLAY_MATH_JS = """
+() => Array.from(document.querySelectorAll('div.math')).map((box, i) => {
+  const formula = box.querySelector('.katex-display > .katex') || box.querySelector('.katex');
+  const b = box.getBoundingClientRect();
+  box.scrollLeft = 0;
+  const atStart = formula.getBoundingClientRect();
+  box.scrollLeft = box.scrollWidth;
+  const atEnd = formula.getBoundingClientRect();
+  const bEnd = box.getBoundingClientRect();
+  box.scrollLeft = 0;
+  const tex = (box.querySelector('annotation') || {}).textContent || '';
+  return {i, tex: tex.slice(0, 60), boxLeft: b.left, boxRight: b.right,
+          view: window.innerWidth, startLeft: atStart.left, endRight: atEnd.right,
+          endBoxRight: bEnd.right, overflowX: getComputedStyle(box).overflowX};
+})
+"""
+
+
+@pytest.mark.parametrize("rel", ALL_PAGES)
+def test_display_math_fits_or_scrolls_in_its_own_box_on_a_phone(
+    browser: object, site: str, rel: str
+) -> None:
+    context, page = open_page(browser, site, rel, viewport={"width": 390, "height": 844})
+    try:
+        cut = []
+        for m in page.evaluate(DISPLAY_MATH_JS):
+            if m["boxLeft"] < -0.5 or m["boxRight"] > m["view"] + 0.5:
+                cut.append(f"box outside the page {m}")
+            elif m["startLeft"] < m["boxLeft"] - 0.5:
+                cut.append(f"left part hidden by {m['boxLeft'] - m['startLeft']:.0f} px: {m}")
+            elif m["endRight"] > m["endBoxRight"] + 0.5:
+                cut.append(f"right part hidden by {m['endRight'] - m['endBoxRight']:.0f} px: {m}")
+        assert cut == [], f"{rel}: {len(cut)} display equations cut off:\n" + "\n".join(cut)
+    finally:
+        context.close()
+
+
+# --- phones: figure text ---------------------------------------------------------
+
+MIN_FIGURE_TEXT_PX = 9.0
+FIGURES_JS = """
+() => Array.from(document.querySelectorAll('.cell_output img')).map(img => ({
+  src: img.getAttribute('src'), width: img.getBoundingClientRect().width,
+  boxRight: img.parentElement.getBoundingClientRect().right, view: window.innerWidth,
+  scrolls: img.parentElement.scrollWidth > img.parentElement.clientWidth + 1,
+  overflowX: getComputedStyle(img.parentElement).overflowX,
+}))
+"""
+
+
+def svg_text_metrics(path: Path) -> tuple[float, float]:
+    """(viewBox width, smallest font size) of an SVG figure, both in SVG user units."""
+    svg = path.read_text(encoding="utf-8")
+    view_box = re.search(r'viewBox="([^"]+)"', svg)
+    assert view_box, f"{path.name}: no viewBox"
+    sizes = [float(s) for s in re.findall(r"<text[^>]*font(?:-size)?:[^;\"]*?([\d.]+)px", svg)]
+    assert sizes, f"{path.name}: no text elements (text drawn as paths cannot be measured)"
+    return float(view_box.group(1).split()[2]), min(sizes)
+
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES)
+def test_figure_text_is_readable_on_a_phone(browser: object, site: str, rel: str) -> None:
+    """Rule: every figure is an SVG whose text is text, and at 390 px its smallest text
+    is drawn at >= 9 CSS px (smallest font-size x rendered width / viewBox width). A
+    figure that is wider than the column at that size scrolls inside its own box."""
+    context, page = open_page(browser, site, rel, viewport={"width": 390, "height": 844})
+    try:
+        page.wait_for_timeout(300)  # figures.js sets the minimum widths after load
+        small, not_svg = [], []
+        figures = page.evaluate(FIGURES_JS)
+        assert figures, f"{rel}: no figures found"
+        for fig in figures:
+            if not fig["src"].endswith(".svg"):
+                not_svg.append(fig["src"])
+                continue
+            vb_width, font = svg_text_metrics((HTML / rel).parent / fig["src"])
+            rendered = font * fig["width"] / vb_width
+            if rendered < MIN_FIGURE_TEXT_PX:
+                small.append(f"{fig['src']}: {rendered:.1f} px")
+            assert fig["boxRight"] <= fig["view"] + 0.5, f"{fig['src']} box leaves the page"
+            if fig["scrolls"]:
+                assert fig["overflowX"] in ("auto", "scroll"), f"{fig['src']} is cut off"
+        assert not_svg == [], f"{rel}: figures that are not SVG: {not_svg}"
+        assert small == [], f"{rel}: figure text below {MIN_FIGURE_TEXT_PX} px: {small}"
+    finally:
+        context.close()
+
+
+# --- API page: parameter types ------------------------------------------------------
+
+def test_api_page_names_the_array_type_instead_of_any() -> None:
+    """Array parameters read `Array` (linked to its definition), not `Any`."""
+    from bs4 import BeautifulSoup
+
+    require_built_site()
+    soup = BeautifulSoup((HTML / "api.html").read_text(encoding="utf-8"), "html.parser")
+    assert soup.find(id="selfattn.array_types.Array"), "the Array alias is not documented"
+
+    def param_types(function_id: str) -> dict[str, str]:
+        dl = soup.find(id=function_id).find_parent("dl")
+        field = dl.find(lambda t: t.name == "dt" and t.get_text().startswith("Parameters"))
+        field = field.find_next_sibling("dd")
+        types = {}
+        for li in field.find_all("li") or [field]:
+            text = li.get_text(" ", strip=True)
+            name, _, rest = text.partition(" ")
+            types[name] = rest.split("–")[0]
+        return types
+
+    for function_id, params in {
+        "selfattn.attention.scaled_dot_product_attention": ["query", "key", "value", "mask"],
+        "selfattn.softmax.softmax": ["x"],
+        "selfattn.perplexity.perplexity": ["logits", "targets"],
+        "selfattn.masks.to_additive_mask": ["mask"],
+        "selfattn.similarity.cosine_similarity": ["a", "b"],
+    }.items():
+        types = param_types(function_id)
+        for p in params:
+            assert "Array" in types[p] and "Any" not in types[p], f"{function_id}({p}): {types}"
+        link = soup.find(id=function_id).find_parent("dl").find(
+            "a", href=re.compile(r"#selfattn\.array_types\.Array$"))
+        assert link is not None, f"{function_id}: Array does not link to its definition"

@@ -85,6 +85,10 @@ BOOK_STYLE: dict[str, Any] = {
     "ytick.labelsize": 10,
     "legend.fontsize": 10,
     "legend.frameon": False,
+    # SVG output (see use_book_style): text stays text, so it is sharp at any zoom and a
+    # test can measure its rendered size; fixed ids so rebuilds give identical files
+    "svg.fonttype": "none",
+    "svg.hashsalt": "selfattn",
     # quiet frames
     "axes.spines.top": False,
     "axes.spines.right": False,
@@ -101,13 +105,19 @@ def use_book_style(*, inline: bool = True) -> None:
     Args:
         inline: inside a Jupyter kernel (the book's build), also switch
             matplotlib to the inline backend so that figures are shown under
-            their cell even when the environment sets ``MPLBACKEND=Agg``.
-            Outside a kernel this does nothing.
+            their cell even when the environment sets ``MPLBACKEND=Agg``, and
+            make each figure output SVG (the web page: vector, text kept as
+            text, readable when a phone shrinks it) plus PDF (the book's LaTeX
+            build picks PDF). Outside a kernel this does nothing.
 
     Returns:
         None. Figures created afterwards have a white background, ~110 dpi
         and constrained layout.
     """
+    import os
+
+    # figure files carry a date; a fixed one keeps rebuilds identical
+    os.environ.setdefault("SOURCE_DATE_EPOCH", "0")
     if inline:
         _activate_inline_backend()
     import matplotlib as mpl
@@ -125,6 +135,9 @@ def _activate_inline_backend() -> None:
     if shell is None or "IPKernelApp" not in shell.config:
         return
     shell.run_line_magic("matplotlib", "inline")
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    set_matplotlib_formats("svg", "pdf")
 
 
 # ---------------------------------------------------------------- numbers

@@ -1,0 +1,49 @@
+/* Figures stay readable on a phone.
+ *
+ * Figures are SVG with their text kept as text (selfattn.plotting.use_book_style).
+ * A browser shrinks a figure to the column; a figure drawn wide (two or three panels
+ * side by side) would then show its labels at 5-7 CSS px on a 390 px phone. Rule:
+ * no figure text is rendered below MIN_TEXT_PX. For each figure this script reads the
+ * SVG's smallest font size (in SVG user units) and its viewBox width, and gives the
+ * image the minimum width at which that text is MIN_TEXT_PX; a figure that then does
+ * not fit the column scrolls sideways inside its own box (.selfattn-figure-scroll),
+ * like a wide table. tests/test_reader.py measures the same rule in the browser.
+ */
+(function () {
+  const MIN_TEXT_PX = 9.5;
+
+  function smallestFont(svg) {
+    let smallest = Infinity;
+    svg.querySelectorAll("text").forEach((t) => {
+      const style = (t.getAttribute("style") || "") + ";font-size:" + (t.getAttribute("font-size") || "");
+      const m = style.match(/font(?:-size)?:[^;]*?([\d.]+)px/);
+      if (m) smallest = Math.min(smallest, parseFloat(m[1]));
+    });
+    return smallest;
+  }
+
+  async function fit(img) {
+    try {
+      const text = await (await fetch(img.currentSrc || img.src)).text();
+      const svg = new DOMParser().parseFromString(text, "image/svg+xml").documentElement;
+      const viewBox = (svg.getAttribute("viewBox") || "").split(/[\s,]+/).map(Number);
+      const font = smallestFont(svg);
+      if (viewBox.length !== 4 || !isFinite(font) || font <= 0) return;
+      const minWidth = Math.ceil((viewBox[2] * MIN_TEXT_PX) / font);
+      img.style.minWidth = minWidth + "px";
+      img.dataset.minTextPx = String(MIN_TEXT_PX);
+      const box = img.parentElement;
+      if (box && !box.classList.contains("selfattn-figure-scroll")) {
+        box.classList.add("selfattn-figure-scroll");
+      }
+    } catch (err) {
+      /* a figure that cannot be read is left as it is */
+    }
+  }
+
+  function setup() {
+    document.querySelectorAll(".cell_output img[src$='.svg']").forEach(fit);
+  }
+  if (document.readyState !== "loading") setup();
+  else document.addEventListener("DOMContentLoaded", setup);
+})();
