@@ -106,9 +106,11 @@ pdf: $(STAMP) $(NODE_STAMP) latex-deps
 	cp $(BUILD)/pdf/$(PDF_NAME) $(BUILD)/html/$(PDF_NAME)
 	@echo "Built: $(BUILD)/pdf/$(PDF_NAME) ($$(pdfinfo $(BUILD)/pdf/$(PDF_NAME) 2>/dev/null | sed -n 's/^Pages: *//p') pages), copied into $(BUILD)/html"
 
+# -n auto: the tests run in one pytest-xdist worker per core (the build tests start
+# their own small builds and kernels; the browser tests read the site built above).
 test: html pdf browser-deps
 	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n auto
 
 # Package tests only: no book build, no browser.
 test-fast: $(STAMP)
