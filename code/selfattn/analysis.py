@@ -29,11 +29,12 @@ __all__ = ["attention_maps", "head_patterns", "with_context"]
 def attention_maps(model: TinyLM, idx: Tensor) -> np.ndarray:
     """Attention weights of every head of every block of ``model`` on ``idx``.
 
-    Runs the forward pass of :class:`TinyLM` in eval mode, asking each block's
-    self-attention for its per-head weights; the final logits are not needed.
+    Runs the forward pass of :class:`~selfattn.language_model.TinyLM` in eval
+    mode, asking each block's self-attention for its per-head weights; the
+    final logits are not needed.
 
     Args:
-        model: a :class:`TinyLM`.
+        model: a :class:`~selfattn.language_model.TinyLM`.
         idx: ``(batch, L)`` integer token ids, ``L <= config.seq_len``.
 
     Returns:
@@ -41,7 +42,7 @@ def attention_maps(model: TinyLM, idx: Tensor) -> np.ndarray:
         (query) sums to 1 and, for a causal model, is zero right of the diagonal.
 
     Raises:
-        ValueError: as :meth:`TinyLM.forward` (TypeError for a wrong type).
+        ValueError: as :meth:`~selfattn.language_model.TinyLM.forward` (TypeError for a wrong type).
     """
     if not isinstance(model, TinyLM):
         raise TypeError(f"model: expected a TinyLM, got {type(model).__name__}")
@@ -98,11 +99,11 @@ def with_context(model: TinyLM, seq_len: int) -> TinyLM:
     a formula and simply extend; RoPE, ALiBi and "none" have no table.
 
     Args:
-        model: a :class:`TinyLM`.
+        model: a :class:`~selfattn.language_model.TinyLM`.
         seq_len: the new context length, ``>= config.seq_len``.
 
     Returns:
-        A new :class:`TinyLM` in eval mode.
+        A new :class:`~selfattn.language_model.TinyLM` in eval mode.
     """
     if not isinstance(model, TinyLM):
         raise TypeError(f"model: expected a TinyLM, got {type(model).__name__}")
