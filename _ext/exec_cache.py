@@ -10,6 +10,7 @@ its old outputs. This extension hashes every watched source file and
   document when the hash changes.
 
 A chapter edit alone leaves the hash alone: only that chapter re-executes.
+The cache's database is created before Sphinx forks its readers (``-j``).
 
 Before the build uses the cache, :func:`cache_problem` checks it: a database
 that SQLite cannot read (a full disk or a killed job leaves it truncated), or
@@ -108,6 +109,19 @@ def _on_config_inited(app: Sphinx, config: Config) -> None:
     cache = root / config.exec_cache_root / key
     app._exec_cache_reset = _move_aside_if_unusable(cache, root)
     config.nb_execution_cache_path = str(cache)
+    _create_database(cache)
+
+
+def _create_database(cache: Path) -> None:
+    """Create the cache's database now, in the main process.
+
+    With ``sphinx-build -j N`` the chapters are read in N forked workers. Given a
+    new cache folder, each would create the database's tables at the same time,
+    and all but one fail ("table settings already exists").
+    """
+    from jupyter_cache import get_cache
+
+    get_cache(str(cache)).db.dispose()  # the engine is not shared with the workers
 
 
 def _on_env_get_outdated(app: Sphinx, env, added, changed, removed) -> list[str]:

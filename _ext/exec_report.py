@@ -18,6 +18,8 @@ that step; it does not change what is executed or cached.
   of code cells). Kernels get one BLAS/OpenMP thread each
   (``OMP_NUM_THREADS=1`` etc.) when N > 1, so N kernels do not oversubscribe
   N cores.
+* **Serial writing**: only reading (and so execution) is parallel; the pages
+  are written by the main process (see ``_env_updated`` for why).
 * **Times**: at the end of the build, a table of per-chapter execution times
   (``*`` = executed in this build, else the time recorded in the cache) and the
   wall time of the read phase; the same as JSON in ``_build/exec-times.json``
@@ -192,7 +194,8 @@ class Parser(MystNbParser):
         # links still resolve; its own warnings (missing glue) only repeat the failure.
         del document[:]
         config = env.mystnb_config
-        env.mystnb_config = config.copy(execution_mode="off")
+        # execution off, and no page-level override (``mystnb:`` front matter) turns it on
+        env.mystnb_config = config.copy(execution_mode="off", metadata_key="_exec_report_off")
         try:
             with _drop_records(lambda record: record.levelno < logging.WARNING):
                 super().parse(inputstring, document)
@@ -262,6 +265,7 @@ def balance_chunks(docnames: list[str], cost: dict[str, float], nproc: int) -> l
 
 def _before_read(app: Sphinx, env: Any, docnames: list[str]) -> None:
     app._exec_report_start = time.time()
+    app._exec_report_nproc = app.parallel
     if app.parallel > 1 and docnames:
         docnames[:] = balance_chunks(docnames, _predicted_seconds(app, docnames), app.parallel)
 
@@ -269,6 +273,11 @@ def _before_read(app: Sphinx, env: Any, docnames: list[str]) -> None:
 def _env_updated(app: Sphinx, env: Any) -> None:
     start = getattr(app, "_exec_report_start", None)
     app._exec_report_read = None if start is None else time.time() - start
+    # Write the pages in this process. With -j 2 Sphinx writes with one forked worker
+    # (the main process only feeds it), so parallel writing gains little here, and each
+    # worker would start its own KaTeX Node server that nothing stops (a forked worker
+    # exits without atexit handlers): stray processes and temp folders after every build.
+    app.parallel = 1
 
 
 # ---------------------------------------------------------------- times
@@ -289,7 +298,7 @@ def execution_times(app: Sphinx) -> dict[str, Any]:
         }
     read = getattr(app, "_exec_report_read", None)
     return {
-        "parallel": app.parallel,
+        "parallel": getattr(app, "_exec_report_nproc", app.parallel),
         "read_seconds": None if read is None else round(read, 2),
         "chapters": chapters,
     }
@@ -313,7 +322,8 @@ def _build_finished(app: Sphinx, exception: BaseException | None) -> None:
     summary = f"  total {total:.1f} s; {len(now)} executed now"
     if now and times["read_seconds"] is not None:
         summary += (f" ({sum(c['seconds'] for c in now):.1f} s of execution) in a "
-                    f"{times['read_seconds']:.1f} s read phase with {app.parallel} process(es)")
+                    f"{times['read_seconds']:.1f} s read phase with {times['parallel']} "
+                    "process(es)")
     lines.append(summary + f"; written to {os.path.relpath(path)}")
     logger.info("\n".join(lines))
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -112,6 +112,8 @@ def make_resolver(app: Sphinx, docname: str) -> Resolver:
         key = label.lower()
         if key in std.labels:
             target_doc, anchor, title = std.labels[key]
+            if target_doc == docname:  # same chapter: the notebook's own anchor
+                return title, f"#{label}"
             return title, url(target_doc, anchor)
         if key in std.anonlabels:
             target_doc, anchor = std.anonlabels[key]
@@ -131,7 +133,11 @@ def make_resolver(app: Sphinx, docname: str) -> Resolver:
     entries = load_bibliography(Path(app.srcdir) / b for b in app.config.bibtex_bibfiles)
     refs_doc = app.config.publish_references_doc
     cite, _ = citation_formatter(entries, url(refs_doc) if refs_doc in env.titles else "")
-    return Resolver(doc=doc, ref=ref, term=term, py=py_object, cite=cite)
+    def image(path: str) -> str:
+        # Sphinx copies a page's figures into _images/ under their own file name
+        return f"{site}_images/{PurePosixPath(path).name}"
+
+    return Resolver(doc=doc, ref=ref, term=term, py=py_object, cite=cite, image=image)
 
 
 def publish_page(app: Sphinx, pagename: str, out: Path) -> None:

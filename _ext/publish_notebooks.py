@@ -82,6 +82,7 @@ class Resolver:
     term: Callable[[str], str] = lambda t: ""
     py: Callable[[str], str] = lambda t: ""
     cite: Callable[[list[str], str], str] = lambda keys, mode: ", ".join(keys)
+    image: Callable[[str], str] = lambda path: ""  # a figure's file -> its URL on the site
     cited: list[str] = field(default_factory=list)
 
 
@@ -207,6 +208,18 @@ def convert_directive(
         return _quote([*head, *content]) if name != "container" else content
     if name in ("code", "code-block", "sourcecode"):
         return [f"```{argument}", *_directive_body(body)[1], "```"]
+    if name == "only":
+        # builder-specific content (e.g. a diagram's dark-mode twin): a notebook
+        # keeps only what every builder shows
+        return []
+    if name in ("figure", "image"):
+        # ``NAME.*`` lets each Sphinx builder pick a format; a notebook shows the SVG
+        uri = re.sub(r"\.\*$", ".svg", argument)
+        url = resolver.image(uri)
+        alt = options.get("alt", "").replace("]", ")").replace("[", "(")
+        image = [f"![{alt}]({url})"] if url else []
+        caption = [f"*{line}*" if line.strip() else line for line in content]
+        return [*image, *([""] if image and caption else []), *caption]
     raise PublishError(f"the publisher does not know the MyST directive {{{name}}}")
 
 
@@ -232,7 +245,11 @@ def convert_markdown_lines(
                 out.extend(lines[i:end + 1])
             i = end + 1
             continue
-        if re.match(r"^\s*\([\w.:-]+\)=\s*$", line):  # (label)=
+        label = re.match(r"^\s*\(([\w.:-]+)\)=\s*$", line)
+        if label:  # (label)= -> an anchor that same-notebook links can jump to
+            # (a blank line after it: an HTML block runs until one, and would
+            # swallow the heading that follows)
+            out.extend([f'<a id="{label.group(1)}"></a>', ""])
             i += 1
             continue
         if re.match(r"^%", line):  # MyST comment

@@ -327,7 +327,9 @@ def test_need_weights_false_returns_none_and_same_output():
     x = torch.randn(2, 3, 8)
     out, w = mha(x, need_weights=False)
     assert w is None
-    torch.testing.assert_close(out, mha(x)[0], rtol=0, atol=0)
+    # need_weights=False takes PyTorch's fused kernel (no weights formed): the same
+    # output up to the order of the sums
+    torch.testing.assert_close(out, mha(x)[0], **TOL[torch.float32])
 
 
 def test_gradcheck_multi_head_attention_float64():

@@ -118,6 +118,8 @@ def test_markdown_conversion_of_roles_and_directives() -> None:
         "$$ a = b $$ (eq-one)",
     ])
     assert convert_markdown(source, values, resolver).split("\n") == [
+        '<a id="sec-label"></a>',
+        "",
         "## Title",
         "Weight 0.783, count 12, name abc, any 12.",
         "See [Chapter One](https://site/01-concept.html), [the part](https://site/p.html#sec-x), "
@@ -146,6 +148,18 @@ def test_raw_blocks_keep_plain_html_and_drop_scripts_and_latex() -> None:
                         "```{raw} html", "<script>redirect()</script>", "```",
                         "```{raw} latex", "\\appendix", "```", "after"])
     assert convert_markdown(source, {}, Resolver()) == "<b>kept</b>\nafter"
+
+
+def test_figures_link_to_the_site_and_builder_only_blocks_are_dropped() -> None:
+    source = "\n".join([
+        "```{figure} ../images/flow.*", ":figclass: only-light", ":alt: X becomes Q", "",
+        "The caption.", "```", "", "````{only} html", "```{figure} ../images/flow-dark.svg",
+        ":alt: dark twin", "", "Dark caption.", "```", "````", "after",
+    ])
+    resolver = Resolver(image=lambda path: "https://site/_images/" + path.rsplit("/", 1)[-1])
+    assert convert_markdown(source, {}, resolver).split("\n") == [
+        "![X becomes Q](https://site/_images/flow.svg)", "", "*The caption.*", "", "after",
+    ]
 
 
 def test_unknown_myst_fails_loudly() -> None:

@@ -163,7 +163,8 @@ def _fully_masked_rows(mask: Tensor) -> Tensor:
 
 
 def _attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Dropout, use_fused: bool
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Dropout, use_fused: bool,
+    need_weights: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention on ``q (..., q_len, d_k)``, ``k (..., k_len, d_k)``, ``v (..., k_len, d_v)``.
 
@@ -175,6 +176,10 @@ def _attend(
     Fused path: ``F.scaled_dot_product_attention`` with the same mask and
     ``dropout_p``; weights are ``None``. Rows with every key masked are set to
     zeros explicitly, as on the readable path.
+
+    ``need_weights=False`` without dropout: the readable path's own fused branch
+    (``scaled_dot_product_attention(..., need_weights=False)``), which never
+    forms the weights; weights are ``None``.
     """
     p = dropout.p if dropout.training else 0.0
     if use_fused:
@@ -182,6 +187,8 @@ def _attend(
         if mask is not None:
             context = context.masked_fill(_fully_masked_rows(mask), 0.0)  # (..., q_len, d_v)
         return context, None
+    if not need_weights and p == 0.0:
+        return scaled_dot_product_attention(q, k, v, mask, need_weights=False)
     # context (..., q_len, d_v), weights (..., q_len, k_len)
     context, weights = scaled_dot_product_attention(q, k, v, mask)
     if p > 0.0:
@@ -790,7 +797,7 @@ class MultiHeadAttention(nn.Module):
             mask = _add_causal(mask, q_len, k_len, q)  # bottom-right aligned
 
         # 3. attention in every head at once
-        context, weights = _attend(q, k, v, mask, self.dropout, self.use_fused)
+        context, weights = _attend(q, k, v, mask, self.dropout, self.use_fused, need_weights)
         # context: (batch, num_heads, q_len, head_dim); weights: (batch, num_heads, q_len, k_len)
 
         # 4. concatenate the heads, (batch, q_len, inner_dim), and mix them with W_O
