@@ -54,6 +54,7 @@ from selfattn._checks import (
     is_tensor,
     shape_of,
 )
+from selfattn.array_types import Array
 from selfattn.softmax import _check_float, softmax
 
 try:
@@ -215,7 +216,7 @@ def _check_scores_finite(scores: Any, names: str) -> None:
 
 
 # ---------------------------------------------------------------- public API
-def simple_self_attention(x: Any) -> tuple[Any, Any]:
+def simple_self_attention(x: Array) -> tuple[Array, Array]:
     """Self-attention with no parameters (the book's chapter 1).
 
     Every token is its own query, key and value::
@@ -245,7 +246,7 @@ def simple_self_attention(x: Any) -> tuple[Any, Any]:
     return context, weights
 
 
-def attention_scores(query: Any, key: Any, *, scale: float | None = None) -> Any:
+def attention_scores(query: Array, key: Array, *, scale: float | None = None) -> Array:
     """Attention scores ``S = Q Kᵀ · scale`` (before the mask and softmax).
 
     Args:
@@ -268,13 +269,13 @@ def attention_scores(query: Any, key: Any, *, scale: float | None = None) -> Any
 
 
 def scaled_dot_product_attention(
-    query: Any,
-    key: Any,
-    value: Any,
-    mask: Any = None,
+    query: Array,
+    key: Array,
+    value: Array,
+    mask: Array | None = None,
     *,
     scale: float | None = None,
-) -> tuple[Any, Any]:
+) -> tuple[Array, Array]:
     """Scaled dot-product attention, ``C = softmax(Q Kᵀ · scale + mask) V``.
 
     Args:
