@@ -355,3 +355,46 @@ def setup(app: Sphinx) -> dict:
     app.connect("env-updated", _env_updated)
     app.connect("build-finished", _build_finished)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+# ---------------------------------------------------------------- KaTeX start-up race
+def _patch_katex_start() -> None:
+    """Retry KaTeX's server start when its socket file exists before it listens.
+
+    sphinxcontrib.katex connects as soon as the socket file appears; Node creates the
+    file at bind() and accepts only after listen(), so on a busy machine the connect is
+    refused now and then and the build dies ("Connection refused"). Retry for 10 s.
+    """
+    try:
+        from sphinxcontrib import katex as sphinx_katex
+    except ImportError:  # pragma: no cover
+        return
+    server = sphinx_katex.KaTeXServer
+    if getattr(server, "_exec_report_retry", False):
+        return
+    import socket
+    import subprocess
+
+    def start_server_process(cls, rundir, timeout):  # noqa: ANN001, ANN202
+        socket_path = Path(rundir) / "katex.sock"
+        process = subprocess.Popen(cls.build_command(socket=socket_path), stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, cwd=rundir)
+        deadline = time.monotonic() + timeout
+        while True:  # the socket file appears at bind(); connects succeed after listen()
+            if socket_path.is_socket():
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(str(socket_path))
+                    return process, sock
+                except ConnectionRefusedError:
+                    sock.close()
+            if time.monotonic() > deadline:
+                process.kill()
+                raise cls.timeout_error(timeout)
+            time.sleep(0.01)
+
+    server.start_server_process = classmethod(start_server_process)
+    server._exec_report_retry = True
+
+
+_patch_katex_start()

@@ -6,10 +6,10 @@ from typing import Any
 
 SERIES = [
     # (key, label, line style)
-    ("ours_weights", "selfattn, weights returned", "-o"),
-    ("bare", "bare torch, 3 lines", "--o"),
-    ("ours_fused", "selfattn, need_weights=False", "-s"),
-    ("torch_fused", "F.scaled_dot_product_attention", "--s"),
+    ("ours_weights", "selfattn, weights", "-o"),
+    ("bare", "bare torch", "--o"),
+    ("ours_fused", "selfattn, no weights", "-s"),
+    ("torch_fused", "F.sdpa", "--s"),
 ]
 
 
