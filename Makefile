@@ -4,7 +4,10 @@
 #   make test    the same set-up, then the whole test suite (package, build, browser)
 #   make serve   live-reloading preview on http://127.0.0.1:8000
 #   make clean   remove the build (keeps .venv)
+#   make diagrams  redraw the SVG diagrams in images/ (commit the result)
+#   make clean-cache  remove the chapters' execution cache: the next build executes them all
 #   make lint    ruff over code, tests and tooling
+#   make pdf     the whole book as one PDF (LaTeX builder + XeLaTeX), also copied into the site
 
 SHELL := /bin/bash
 # pipefail: a failing pip install fails the recipe even though its output is filtered
@@ -13,7 +16,9 @@ PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 BUILD   ?= _build
-SPHINXOPTS ?= -n -W --keep-going -j 1
+# -j auto: chapters execute while Sphinx reads them, one worker (and one kernel with one
+# BLAS thread, see _ext/exec_report.py) per core.
+SPHINXOPTS ?= -n -W --keep-going -j auto
 # The stamp changes whenever the pins or the package metadata change, so `make`
 # re-installs exactly then.
 STAMP   := $(VENV)/.stamp-$(shell cat requirements-lock.txt pyproject.toml | cksum | cut -d' ' -f1)
@@ -25,7 +30,7 @@ NODE_STAMP := node_modules/.stamp-$(shell cat package-lock.json | cksum | cut -d
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: html test test-fast serve clean lint venv node-deps browser-deps lock
+.PHONY: html test test-fast serve clean clean-cache lint venv node-deps browser-deps lock diagrams pdf latex-deps
 
 venv: $(STAMP)
 
@@ -45,9 +50,23 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-html: $(STAMP) $(NODE_STAMP)
+# Every file the book is built from (not the tests, CI files or caches), and git's index
+# (the pages show each file's last commit). Sphinx runs only when one of them is newer
+# than the last successful build: a no-op `make html` starts no Python at all.
+BOOK_INPUTS := $(shell find . \( -name .git -o -name .venv -o -name node_modules \
+	-o -name _build -o -name tests -o -name .ci -o -name .github -o -name __pycache__ \
+	-o -name '.*_cache' -o -name .hypothesis -o -name '* *' \) -prune -o -type f -print)
+GIT_INDEX := $(wildcard $(shell git rev-parse --git-path index 2>/dev/null | grep -v ' '))
+
+html: $(BUILD)/.html-built
+	@if [ -e $(BUILD)/.html-fresh ]; then rm -f $(BUILD)/.html-fresh; \
+	  echo "Built: $(BUILD)/html/index.html"; \
+	else echo "Up to date: $(BUILD)/html/index.html (no input changed since the last build;" \
+	  "chapter execution times in $(BUILD)/exec-times.json)"; fi
+
+$(BUILD)/.html-built: $(STAMP) $(NODE_STAMP) $(BOOK_INPUTS) $(GIT_INDEX)
 	$(VENV)/bin/sphinx-build $(SPHINXOPTS) -b html . $(BUILD)/html
-	@echo "Built: $(BUILD)/html/index.html"
+	@touch $@ $(BUILD)/.html-fresh
 
 # Chromium for the browser tests comes from Debian. Under CI it is installed
 # when missing, never skipped.
@@ -60,9 +79,38 @@ browser-deps:
 	  else echo "chromium not found: browser tests will be skipped (install Debian's chromium)"; fi; \
 	fi
 
-test: html browser-deps
-	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
-	$(VENV)/bin/pytest
+# The PDF lives under _build/pdf and is copied into the site, which links it
+# from its front page. It reuses the site's executed notebooks (jupyter-cache).
+PDF_NAME := self-attention-verified.pdf
+# XeLaTeX, latexmk, xindy, the fonts and pdftotext (for the tests) come from Debian,
+# installed like Chromium.
+LATEX_DEBS := texlive-xetex latexmk texlive-fonts-recommended fonts-freefont-otf fonts-dejavu-core xindy poppler-utils
+
+latex-deps:
+	@missing=""; for tool in xelatex latexmk xindy pdftotext; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	fc-list 2>/dev/null | grep -q FreeSerif || missing="$$missing FreeSerif"; \
+	fc-list 2>/dev/null | grep -q "DejaVu Sans Mono" || missing="$$missing DejaVuSansMono"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's $(LATEX_DEBS) for the PDF (missing:$$missing)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(LATEX_DEBS) >/dev/null) || exit 1; \
+	  else echo "missing:$$missing; install Debian's $(LATEX_DEBS)" >&2; exit 1; fi; \
+	fi
+
+pdf: $(STAMP) $(NODE_STAMP) latex-deps
+	$(VENV)/bin/sphinx-build $(SPHINXOPTS) -t pdf -b latex . $(BUILD)/latex
+	$(MAKE) -C $(BUILD)/latex all-pdf LATEXMKOPTS="-silent -interaction=nonstopmode -halt-on-error" >$(BUILD)/latex/make-pdf.log 2>&1 \
+	  || { tail -40 $(BUILD)/latex/make-pdf.log >&2; exit 1; }
+	mkdir -p $(BUILD)/pdf $(BUILD)/html
+	cp $(BUILD)/latex/$(PDF_NAME) $(BUILD)/pdf/$(PDF_NAME)
+	cp $(BUILD)/pdf/$(PDF_NAME) $(BUILD)/html/$(PDF_NAME)
+	@echo "Built: $(BUILD)/pdf/$(PDF_NAME) ($$(pdfinfo $(BUILD)/pdf/$(PDF_NAME) 2>/dev/null | sed -n 's/^Pages: *//p') pages), copied into $(BUILD)/html"
+
+# -n auto: the tests run in one pytest-xdist worker per core (the build tests start
+# their own small builds and kernels; the browser tests read the site built above).
+test: html pdf browser-deps
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
+	$(VENV)/bin/pytest -n auto
 
 # Package tests only: no book build, no browser.
 test-fast: $(STAMP)
@@ -71,8 +119,12 @@ test-fast: $(STAMP)
 serve: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/sphinx-autobuild $(SPHINXOPTS) --watch code/selfattn --port 8000 . $(BUILD)/html
 
+# The diagrams are committed; tests/test_diagrams.py fails when they drift from the script.
+diagrams: $(STAMP)
+	$(PY) images/make_diagrams.py
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
 
 lock: $(STAMP)
 	$(PY) -m pip freeze --exclude-editable | grep -v "^torch==" > requirements-lock.txt
@@ -80,3 +132,7 @@ lock: $(STAMP)
 
 clean:
 	rm -rf $(BUILD) .pytest_cache
+
+# The execution cache and Sphinx's environment: the next `make html` executes every chapter.
+clean-cache:
+	rm -rf $(BUILD)/.jupyter_cache $(BUILD)/html/.doctrees $(BUILD)/.html-built

@@ -28,7 +28,8 @@ extensions = [
     "sphinxcontrib.bibtex",
     "sphinxcontrib.katex",  # math rendered to HTML at build time (Node + KaTeX)
     "katex_local",  # KaTeX CSS + fonts from node_modules into _static; parse errors fail
-    "exec_cache",  # re-executes chapters whenever code/selfattn changes
+    "exec_cache",  # re-executes chapters whenever code/selfattn changes; heals a broken cache
+    "exec_report",  # failing cell in one screen; balanced parallel execution; times
     "launch_notebooks",  # Colab/Binder/download point at executed .ipynb files
     "sphinx_last_updated_by_git",  # "last updated" from each page's git history
     "notfound.extension",  # a 404 page with absolute links
@@ -46,7 +47,7 @@ suppress_warnings = ["git.too_shallow", "git.subprocess_error"]
 git_untracked_show_sourcelink = True
 templates_path = ["_templates"]
 html_static_path = ["_static"]
-html_css_files = ["custom.css"]
+html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark on white
 # The visible sidebar toggles forward their clicks to the ones the themes bind
 # (pydata-sphinx-theme#2451, sphinx-book-theme#988); see _static/sidebar-toggles.js.
 html_js_files = [("sidebar-toggles.js", {"defer": "defer"}),
@@ -131,6 +132,8 @@ html_theme_options = {
     },
 }
 launch_notebook_branch = "gh-pages"  # the Pages workflow publishes _build/html there
+launch_binder_env_ref = "binder-env"  # _extra/binder only; the workflow keeps its commit stable
+publish_site_url = "https://selfattn-verified.github.io/self-attention-verified/"
 launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"
 
 # The 404 page links with absolute URLs: the site lives under /<repo>/ on GitHub Pages
@@ -141,6 +144,42 @@ notfound_urls_prefix = (
 html_last_updated_fmt = "%Y-%m-%d"
 # Without this the theme starts with an empty mode and logs a console error.
 html_context = {"default_mode": "auto"}
+
+# --- the whole-book PDF (`make pdf`: LaTeX builder + XeLaTeX) ----------------
+# The same executed notebooks (jupyter-cache) as the site; figures from their
+# image/png outputs, matrix tables from their text/plain (aligned) form.
+latex_engine = "xelatex"
+latex_documents = [
+    ("_pdf/book", "self-attention-verified.tex", project, author, "manual"),
+]
+# The PDF's root is _pdf/book.md (chapters, then the back matter as appendices);
+# `make pdf` passes `-t pdf`. The site never sees that folder, the PDF never
+# sees the site's front page (its sections would become chapters).
+if tags.has("pdf"):  # noqa: F821  (Sphinx injects `tags` into conf.py)
+    root_doc = "_pdf/book"
+    extensions.append("pdf_book")  # fills _pdf/book.md's toctrees from index.md
+    exclude_patterns += ["index.md", "404.md"]
+else:
+    exclude_patterns.append("_pdf")
+latex_show_urls = "no"
+latex_show_pagerefs = False
+latex_elements = {
+    "papersize": "a4paper",
+    "pointsize": "10pt",
+    # GNU FreeFont (Debian fonts-freefont-otf) for text; DejaVu Sans Mono
+    # (fonts-dejavu-core) for code and outputs: it has the ᵀ the outputs print.
+    "fontpkg": r"""
+\setmainfont{FreeSerif}[UprightFont=*, ItalicFont=*Italic,
+                        BoldFont=*Bold, BoldItalicFont=*BoldItalic]
+\setsansfont{FreeSans}[UprightFont=*, ItalicFont=*Oblique,
+                       BoldFont=*Bold, BoldItalicFont=*BoldOblique]
+\setmonofont{DejaVu Sans Mono}[Scale=MatchLowercase]
+""",
+    # long output lines wrap instead of running off the page
+    "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxoverfull=1",
+    "figure_align": "H",
+    "printindex": r"\footnotesize\raggedright\printindex",
+}
 
 # --- copy buttons ---------------------------------------------------------
 # `>>>` examples (the API page) copy as runnable code: prompts stripped, output lines

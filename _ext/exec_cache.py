@@ -10,6 +10,13 @@ its old outputs. This extension hashes every watched source file and
   document when the hash changes.
 
 A chapter edit alone leaves the hash alone: only that chapter re-executes.
+The cache's database is created before Sphinx forks its readers (``-j``).
+
+Before the build uses the cache, :func:`cache_problem` checks it: a database
+that SQLite cannot read (a full disk or a killed job leaves it truncated), or
+an entry whose executed notebook is missing. An unusable cache is moved aside
+(``<key>.unusable-<time>``, kept for inspection; ``make clean-cache`` removes
+all caches), one line on stderr says so, and the chapters are re-executed.
 
 Configuration (in ``conf.py``)::
 
@@ -20,6 +27,10 @@ Configuration (in ``conf.py``)::
 from __future__ import annotations
 
 import hashlib
+import sqlite3
+import sys
+import time
+from contextlib import closing
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -42,11 +53,83 @@ def source_hash(root: Path, watched: list[str]) -> str:
     return digest.hexdigest()[:16]
 
 
+def cache_problem(cache: Path) -> str | None:
+    """Why the jupyter-cache folder ``cache`` cannot be used, or None if it can.
+
+    Reads the SQLite database read-only: ``PRAGMA quick_check`` (the pages are
+    readable and consistent), its tables, and the table of cached notebooks,
+    whose executed copies must exist. A folder with no database file yet is
+    fine: jupyter-cache creates one.
+    """
+    db = cache / "global.db"
+    if not db.exists():
+        return None
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            check = con.execute("PRAGMA quick_check").fetchone()
+            if not check or check[0] != "ok":
+                return f"SQLite quick_check: {check[0] if check else 'no answer'}"
+            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
+            if not {"nbcache", "nbproject", "settings"} <= tables:
+                # jupyter-cache creates its tables only with a new database file
+                return f"tables missing, found {sorted(tables) or 'none'}"
+            keys = [row[0] for row in con.execute("SELECT hashkey FROM nbcache")]
+    except sqlite3.Error as exc:
+        return str(exc)
+    missing = [k for k in keys if not (cache / "executed" / k / "base.ipynb").is_file()]
+    if missing:
+        return f"{len(missing)} cached notebook(s) missing from {cache / 'executed'}"
+    return None
+
+
+def _move_aside_if_unusable(cache: Path, root: Path) -> bool:
+    """Move an unusable cache folder aside and say so in one line; True if it was moved."""
+    problem = cache_problem(cache)
+    if problem is None:
+        return False
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    aside = cache.with_name(f"{cache.name}.unusable-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = cache.with_name(f"{cache.name}.unusable-{stamp}-{n}")
+    cache.rename(aside)
+    print(
+        f"exec_cache: the execution cache {cache.relative_to(root)} is unusable ({problem}); "
+        f"moved it to {aside.name} and re-executing the chapters.",
+        file=sys.stderr, flush=True,
+    )
+    return True
+
+
 def _on_config_inited(app: Sphinx, config: Config) -> None:
     root = Path(app.confdir)
     key = source_hash(root, list(config.exec_cache_watch))
     config.exec_cache_key = key
-    config.nb_execution_cache_path = str(root / config.exec_cache_root / key)
+    cache = root / config.exec_cache_root / key
+    app._exec_cache_reset = _move_aside_if_unusable(cache, root)
+    config.nb_execution_cache_path = str(cache)
+    _create_database(cache)
+
+
+def _create_database(cache: Path) -> None:
+    """Create the cache's database now, in the main process.
+
+    With ``sphinx-build -j N`` the chapters are read in N forked workers. Given a
+    new cache folder, each would create the database's tables at the same time,
+    and all but one fail ("table settings already exists").
+    """
+    from jupyter_cache import get_cache
+
+    get_cache(str(cache)).db.dispose()  # the engine is not shared with the workers
+
+
+def _on_env_get_outdated(app: Sphinx, env, added, changed, removed) -> list[str]:
+    """After a reset, re-read (and so re-execute) every notebook the build knows of."""
+    if not getattr(app, "_exec_cache_reset", False):
+        return []
+    metadata = getattr(env, "nb_metadata", {})
+    return sorted(d for d, data in metadata.items() if "exec_data" in data and d in env.all_docs)
 
 
 def setup(app: Sphinx) -> dict:
@@ -55,4 +138,5 @@ def setup(app: Sphinx) -> dict:
     # Changing this value makes Sphinx re-read (and so re-execute) every document.
     app.add_config_value("exec_cache_key", "", "env")
     app.connect("config-inited", _on_config_inited, priority=400)
+    app.connect("env-get-outdated", _on_env_get_outdated)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

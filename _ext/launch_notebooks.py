@@ -1,81 +1,163 @@
-"""Launch and download buttons that point at real, executed ``.ipynb`` files.
+"""Launch and download buttons that open published, runnable ``.ipynb`` files.
 
 The chapters are MyST text notebooks (``.md``). sphinx-book-theme copies each
-executed notebook to ``_sources/<page>.ipynb`` for download, but points its
-Colab and Binder buttons at the ``.md`` in the repository, which Colab cannot
-open. This extension, after the theme:
+executed notebook to ``_sources/<page>.ipynb`` for download, but that copy
+imports ``myst_nb``, shows raw MyST in its markdown, and the theme points Colab
+and Binder at the ``.md`` in the repository. This extension, after the theme:
 
-* adds a first "setup" cell to each downloadable notebook that installs the
-  ``selfattn`` package when the notebook runs on Colab or Binder (a no-op
-  anywhere the package is already importable), and
-* points Colab and Binder at that executed notebook on the published branch
-  (``launch_notebook_branch``, the branch the site is deployed to).
+* replaces the downloadable notebook by its published form
+  (:func:`publish_notebooks.publish`: numbers substituted, plain Markdown, no
+  build-only imports, a first ``%pip install`` cell, executed outputs kept);
+* points Colab at that notebook on the published branch
+  (``launch_notebook_branch``, where the site is deployed), and
+* adds the whole-book PDF (``book_pdf_name``, made by ``make pdf``) to every
+  page's download menu, and
+* points Binder at a separate, rarely changing environment ref
+  (``launch_binder_env_ref``, made from ``_extra/binder`` by the Pages workflow)
+  whose image nbgitpuller fills with the notebooks of the published branch. The
+  published branch is force-pushed on every deploy; the environment ref keeps
+  its commit while ``_extra/binder`` is unchanged, so Binder reuses its image.
 
 Configuration (in ``conf.py``)::
 
     launch_notebook_branch = "gh-pages"
+    launch_binder_env_ref = "binder-env"
     launch_install_spec = "selfattn @ git+https://github.com/ORG/REPO@main"
+    publish_site_url = "https://ORG.github.io/REPO/"
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import quote, urlencode
 
+from publish_notebooks import (
+    SETUP_MARK,
+    PublishError,
+    Resolver,
+    citation_formatter,
+    load_bibliography,
+    publish,
+)
 from sphinx.application import Sphinx
+from sphinx.util import docname_join, logging
 
-SETUP_MARK = "selfattn-launch-setup"
+logger = logging.getLogger(__name__)
 
-
-def setup_cell(spec: str) -> dict[str, Any]:
-    """The first cell of every downloadable notebook."""
-    source = (
-        "# Setup for Colab / Binder: install the book's package if it is missing.\n"
-        "import importlib.util, subprocess, sys\n"
-        "if importlib.util.find_spec('selfattn') is None:\n"
-        f"    subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-q', {spec!r}])\n"
-    )
-    return {
-        "cell_type": "code", "execution_count": None, "id": SETUP_MARK,
-        "metadata": {"tags": ["remove-cell", SETUP_MARK]}, "outputs": [], "source": source,
-    }
+__all__ = ["SETUP_MARK", "binder_url", "colab_url"]
 
 
-def fill_outputs_from_cache(path: Path, cache_path: str | None) -> None:
-    """Put the executed outputs into a downloadable notebook that lacks them.
+def executed_notebook(path: Path, cache_path: str | None) -> Any:
+    """The executed notebook at ``path``, outputs filled in from the cache if missing.
 
     myst-nb 1.4 writes ``jupyter_execute/<page>.ipynb`` from the notebook *before*
     merging a cache hit, so after a cached build the copy has no outputs. The
     jupyter-cache record holds them; merge it in (cells are matched by source).
     """
-    if not cache_path:
-        return
     import nbformat
-    from jupyter_cache import get_cache
 
     notebook = nbformat.read(str(path), as_version=4)
-    if any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"):
-        return
-    if notebook.cells and notebook.cells[0].get("id") == SETUP_MARK:
-        notebook.cells = notebook.cells[1:]
+    if not cache_path or any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"):
+        return notebook
+    from jupyter_cache import get_cache
+
     try:
         _, merged = get_cache(cache_path).merge_match_into_notebook(notebook)
     except KeyError:  # not cached (execution off): leave it as it is
-        return
-    nbformat.write(merged, str(path))
+        return notebook
+    return merged
 
 
-def add_setup_cell(path: Path, spec: str) -> None:
-    """Insert the setup cell at the top of ``path`` once (idempotent)."""
-    notebook = json.loads(path.read_text(encoding="utf-8"))
-    cells = notebook.get("cells", [])
-    if cells and cells[0].get("id") == SETUP_MARK:
-        return
-    notebook["cells"] = [setup_cell(spec), *cells]
-    notebook["nbformat"], notebook["nbformat_minor"] = 4, max(notebook.get("nbformat_minor", 5), 5)
-    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+def colab_url(owner_repo: str, branch: str, nb_path: str) -> str:
+    """Colab opens a notebook straight from a GitHub branch."""
+    return f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/{nb_path}"
+
+
+def binder_url(owner_repo: str, env_ref: str, content_branch: str, nb_path: str,
+               interface: str = "lab/tree") -> str:
+    """Binder builds ``env_ref`` (environment only); nbgitpuller pulls the notebooks.
+
+    The image is keyed on the commit of ``env_ref``, which changes only when the
+    environment does, so Binder does not rebuild on every deploy of the site.
+    """
+    repo_name = owner_repo.split("/")[-1]
+    pull = "git-pull?" + urlencode(
+        {"repo": f"https://github.com/{owner_repo}", "branch": content_branch,
+         "urlpath": f"{interface}/{repo_name}/{nb_path}"},
+        quote_via=quote, safe="",
+    )
+    return f"https://mybinder.org/v2/gh/{owner_repo}/{env_ref}?urlpath={quote(pull, safe='')}"
+
+
+def make_resolver(app: Sphinx, docname: str) -> Resolver:
+    """Cross-references resolved from the Sphinx environment to absolute site URLs."""
+    env = app.env
+    site = app.config.publish_site_url.rstrip("/") + "/"
+    std = env.get_domain("std")
+    py = env.get_domain("py")
+
+    def url(doc: str, anchor: str = "") -> str:
+        return site + app.builder.get_target_uri(doc) + (f"#{anchor}" if anchor else "")
+
+    def doc(target: str) -> tuple[str, str]:
+        name = target.lstrip("/") if target.startswith("/") else docname_join(docname, target)
+        if name not in env.titles:
+            raise PublishError(f"{docname}: unknown document {target!r}")
+        return env.titles[name].astext(), url(name)
+
+    def ref(label: str) -> tuple[str, str]:
+        key = label.lower()
+        if key in std.labels:
+            target_doc, anchor, title = std.labels[key]
+            if target_doc == docname:  # same chapter: the notebook's own anchor
+                return title, f"#{label}"
+            return title, url(target_doc, anchor)
+        if key in std.anonlabels:
+            target_doc, anchor = std.anonlabels[key]
+            return label, url(target_doc, anchor)
+        raise PublishError(f"{docname}: unknown label {label!r}")
+
+    def term(target: str) -> str:
+        found = std._terms.get(target.lower())
+        if not found:
+            raise PublishError(f"{docname}: unknown glossary term {target!r}")
+        return url(*found)
+
+    def py_object(name: str) -> str:
+        entry = py.objects.get(name)
+        return url(entry.docname, entry.node_id) if entry else ""
+
+    entries = load_bibliography(Path(app.srcdir) / b for b in app.config.bibtex_bibfiles)
+    refs_doc = app.config.publish_references_doc
+    cite, _ = citation_formatter(entries, url(refs_doc) if refs_doc in env.titles else "")
+    def image(path: str) -> str:
+        # Sphinx copies a page's figures into _images/ under their own file name
+        return f"{site}_images/{PurePosixPath(path).name}"
+
+    return Resolver(doc=doc, ref=ref, term=term, py=py_object, cite=cite, image=image)
+
+
+def publish_page(app: Sphinx, pagename: str, out: Path) -> None:
+    """Write the published notebook of ``pagename`` to ``out``."""
+    jupyter_execute = Path(app.outdir).parent / "jupyter_execute"
+    notebook = executed_notebook(jupyter_execute / f"{pagename}.ipynb",
+                                 getattr(app.config, "nb_execution_cache_path", None))
+    glue_file = jupyter_execute / f"{pagename}.glue.json"
+    values = json.loads(glue_file.read_text(encoding="utf-8")) if glue_file.is_file() else {}
+    entries = load_bibliography(Path(app.srcdir) / b for b in app.config.bibtex_bibfiles)
+    _, bibliography = citation_formatter(entries)
+    site = app.config.publish_site_url.rstrip("/") + "/"
+    published = publish(
+        notebook, values, install_spec=app.config.launch_install_spec,
+        resolver=make_resolver(app, pagename), bibliography=bibliography,
+        title=app.env.titles[pagename].astext(),
+        page_url=site + app.builder.get_target_uri(pagename),
+    )
+    out.write_text(json.dumps(published, indent=1, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
 
 
 def _walk(buttons: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -84,23 +166,47 @@ def _walk(buttons: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield from _walk(button.get("buttons", []))
 
 
+def _book_pdf_button(app: Sphinx, context: dict) -> None:
+    """The download menu offers the whole book as a PDF (`make pdf` copies it into
+    the site); the theme's own ".pdf" entry only prints the page, so it says so."""
+    name = app.config.book_pdf_name
+    if not name:
+        return
+    for button in _walk(context.get("header_buttons", [])):
+        if button.get("label") != "download-buttons":
+            continue
+        entries = button.setdefault("buttons", [])
+        for entry in entries:
+            if entry.get("label") == "download-pdf-button":
+                entry["text"], entry["tooltip"] = "print", "Print this page"
+        if not any(e.get("label") == "download-book-pdf-button" for e in entries):
+            entries.append({
+                "type": "link", "url": context["pathto"](name, 1), "text": "book .pdf",
+                "tooltip": "Download the whole book as one PDF", "icon": "fas fa-book",
+                "label": "download-book-pdf-button",
+            })
+
+
 def _on_page_context(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
+    _book_pdf_button(app, context)
     ipynb = context.get("ipynb_source")
     if not ipynb:
         return
     notebook = Path(app.outdir) / "_sources" / ipynb
-    if notebook.is_file():
-        fill_outputs_from_cache(notebook, getattr(app.config, "nb_execution_cache_path", None))
-        add_setup_cell(notebook, app.config.launch_install_spec)
+    try:
+        publish_page(app, pagename, notebook)
+    except PublishError as exc:  # a warning, and so (-W) a failed build
+        logger.warning(f"cannot publish {pagename}.ipynb: {exc}", location=pagename)
+        return
     repo = app.config.html_theme_options.get("repository_url", "").rstrip("/")
     owner_repo = repo.removeprefix("https://github.com/")
     branch = app.config.launch_notebook_branch
     nb_path = f"_sources/{ipynb}"
     urls = {
-        "Colab": f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/{nb_path}",
-        "Binder": f"https://mybinder.org/v2/gh/{owner_repo}/{branch}?urlpath=tree/{nb_path}",
+        "Colab": colab_url(owner_repo, branch, nb_path),
+        "Binder": binder_url(owner_repo, app.config.launch_binder_env_ref, branch, nb_path),
     }
     for button in _walk(context.get("header_buttons", [])):
         if button.get("text") in urls:
@@ -109,7 +215,11 @@ def _on_page_context(
 
 def setup(app: Sphinx) -> dict:
     app.add_config_value("launch_notebook_branch", "gh-pages", "html")
+    app.add_config_value("launch_binder_env_ref", "binder-env", "html")
     app.add_config_value("launch_install_spec", "selfattn", "html")
+    app.add_config_value("publish_site_url", "", "html")
+    app.add_config_value("publish_references_doc", "references", "html")
+    app.add_config_value("book_pdf_name", "self-attention-verified.pdf", "html")
     # After sphinx-book-theme's own handler (default priority 500) has built the buttons.
     app.connect("html-page-context", _on_page_context, priority=900)
-    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": "2.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -571,3 +571,97 @@ def test_bad_simple_self_attention_inputs():
 def test_bad_attention_scores_head_dim():
     with pytest.raises(ValueError, match=msg("key:", "last dimension 4", "got shape (5, 2)")):
         attention_scores(np.zeros((3, 4)), np.zeros((5, 2)))
+
+
+# ======================================================== need_weights=False: the fused path
+# The context is computed twice, on separate code paths (S and A formed, or PyTorch's
+# fused kernel): the two must agree, for every kind of mask, with gradients too.
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", MASK_KINDS)
+def test_need_weights_false_gives_the_same_context(dtype, kind):
+    gen = torch.Generator().manual_seed(50 + MASK_KINDS.index(kind))
+    b, h, lq, lk, d, dv = 2, 3, 5, 7, 4, 6
+    q = torch.randn(b, h, lq, d, generator=gen, dtype=dtype)
+    k = torch.randn(b, h, lk, d, generator=gen, dtype=dtype)
+    v = torch.randn(b, h, lk, dv, generator=gen, dtype=dtype)
+    mask = make_mask(kind, gen, b, h, lq, lk, dtype)
+    for scale in (None, 0.37):
+        context, weights = scaled_dot_product_attention(q, k, v, mask, scale=scale)
+        fused, none = scaled_dot_product_attention(q, k, v, mask, scale=scale, need_weights=False)
+        assert none is None and fused.dtype == dtype and fused.shape == context.shape
+        torch.testing.assert_close(fused, context, **TOL[dtype])
+        torch.testing.assert_close(context, weights @ v, **TOL[dtype])  # A explains C
+    # the NumPy path: same context, no weights
+    np_mask = None if mask is None else mask.numpy()
+    c_np, w_np = scaled_dot_product_attention(q.numpy(), k.numpy(), v.numpy(), np_mask,
+                                              scale=0.37, need_weights=False)
+    assert w_np is None
+    np.testing.assert_allclose(c_np, context.numpy(), **TOL[dtype])
+
+
+def test_need_weights_false_broadcasts_leading_dims_and_takes_2d_inputs():
+    gen = torch.Generator().manual_seed(60)
+    q = torch.randn(2, 1, 3, 4, generator=gen, dtype=torch.float64)  # heads broadcast
+    k = torch.randn(1, 5, 6, 4, generator=gen, dtype=torch.float64)  # batch broadcast
+    v = torch.randn(6, 2, generator=gen, dtype=torch.float64)  # no leading dims at all
+    context, _ = scaled_dot_product_attention(q, k, v)
+    fused, _ = scaled_dot_product_attention(q, k, v, need_weights=False)
+    assert fused.shape == (2, 5, 3, 2)
+    torch.testing.assert_close(fused, context, **TOL[torch.float64])
+    c2, _ = scaled_dot_product_attention(q[0, 0], k[0, 0], v)
+    f2, _ = scaled_dot_product_attention(q[0, 0], k[0, 0], v, need_weights=False)
+    torch.testing.assert_close(f2, c2, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "additive"])
+def test_need_weights_false_gradients_match_and_stay_finite(mask_kind):
+    gen = torch.Generator().manual_seed(61)
+    q, k, v = (torch.randn(2, 4, 3, generator=gen, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    mask[1] = False  # query 1 attends to nothing: zeros, and no NaN in any gradient
+    if mask_kind == "additive":
+        mask = torch.zeros(4, 4, dtype=torch.float64).masked_fill(~mask, float("-inf"))
+    grads = []
+    for need in (True, False):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        context, _ = scaled_dot_product_attention(*leaves, mask, need_weights=need)
+        assert torch.all(context[:, 1] == 0)
+        (context * torch.arange(3.0, dtype=torch.float64)).sum().backward()
+        grads.append([t.grad for t in leaves])
+    for g_weights, g_fused in zip(*grads, strict=True):
+        assert torch.isfinite(g_fused).all()
+        torch.testing.assert_close(g_fused, g_weights, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_bad_scores_overflow_torch(need_weights):
+    q = torch.full((1, 2, 4), 1e20)  # q . k = 4e40 > float32 max: the scores are inf
+    with pytest.raises(ValueError, match=msg("query, key:", "overflowed", "(1, 2, 2)")):
+        scaled_dot_product_attention(q, q, q, need_weights=need_weights)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_one_non_finite_entry_anywhere_is_found(bad, backend):
+    """The finiteness check is one min/max reduction: it must still see one bad entry
+    among many, in every position and dtype."""
+    for dtype in (np.float16, np.float32, np.float64):
+        for where in (0, 17, 63):
+            q = np.zeros((2, 4, 8), dtype=dtype)
+            q.flat[where] = bad
+            arg = torch.from_numpy(q) if backend == "torch" else q
+            k = torch.zeros(2, 4, 8, dtype=arg.dtype) if backend == "torch" else np.zeros_like(q)
+            with pytest.raises(ValueError, match=msg("query: contains NaN or infinity")):
+                scaled_dot_product_attention(arg, k, k, need_weights=False)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_bad_additive_mask_found_by_one_reduction(bad):
+    q = torch.zeros(1, 3, 2)
+    mask = torch.zeros(3, 3)
+    mask[2, 1] = bad
+    for need in (True, False):
+        with pytest.raises(ValueError, match=msg("mask: an additive mask may hold finite")):
+            scaled_dot_product_attention(q, q, q, mask, need_weights=need)

@@ -72,8 +72,25 @@ def test_copy_this_listing_runs_in_a_fresh_interpreter(chapter: Path, tmp_path: 
     assert result.stdout.strip(), f"{chapter.name} listing printed nothing to check against"
 
 
-def _mini_book(tmp: Path, value: int) -> None:
-    """A one-page book that glues a value returned by a watched package."""
+_FRONT_MATTER = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  name: python3
+  display_name: Python 3
+---
+"""
+
+
+def _mini_book(tmp: Path, value: int, extra_cell: str = "") -> None:
+    """A one-page book that glues a value returned by a watched package.
+
+    It uses the real book's execution extensions (exec_cache, exec_report) and
+    settings. ``extra_cell``: source of a second code cell, after the glued text.
+    """
     (tmp / "pkg").mkdir(exist_ok=True)
     (tmp / "pkg" / "probe_pkg.py").write_text(f"def answer():\n    return {value}\n")
     shutil.copytree(ROOT / "_ext", tmp / "_ext", dirs_exist_ok=True)
@@ -81,23 +98,14 @@ def _mini_book(tmp: Path, value: int) -> None:
         import sys
         from pathlib import Path
         sys.path.insert(0, str(Path(__file__).parent / "_ext"))
-        extensions = ["myst_nb", "exec_cache"]
+        extensions = ["myst_nb", "exec_cache", "exec_report"]
         nb_execution_mode = "cache"
         nb_execution_raise_on_error = True
         exec_cache_watch = ["pkg"]
         exec_cache_root = "_build/.jupyter_cache"
         exclude_patterns = ["_build", "pkg", "_ext"]
     """))
-    (tmp / "index.md").write_text(textwrap.dedent("""\
-        ---
-        jupytext:
-          text_representation:
-            extension: .md
-            format_name: myst
-        kernelspec:
-          name: python3
-          display_name: Python 3
-        ---
+    text = _FRONT_MATTER + textwrap.dedent("""\
         # Probe
 
         ```{code-cell} ipython3
@@ -107,18 +115,23 @@ def _mini_book(tmp: Path, value: int) -> None:
         ```
 
         The answer is {glue:text}`answer`.
-    """))
+    """)
+    if extra_cell:
+        text += f"\n```{{code-cell}} ipython3\n{extra_cell.strip()}\n```\n"
+    (tmp / "index.md").write_text(text)
 
 
-def _sphinx_build(tmp: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Build the small book in ``tmp`` with warnings as errors.
+def _sphinx_build(
+    tmp: Path, env: dict[str, str] | None = None, opts: tuple[str, ...] = ("-W", "-q"),
+) -> subprocess.CompletedProcess:
+    """Build the small book in ``tmp`` with warnings as errors (``opts``).
 
     Output goes to files, not pipes, and the build runs in its own process
     group that is killed afterwards: a helper process the build leaves behind
     (KaTeX's Node server) can neither keep the test waiting on a pipe nor
     outlive it.
     """
-    cmd = [str(VENV_BIN / "sphinx-build"), "-W", "-q", "-b", "html", ".", "_build/html"]
+    cmd = [str(VENV_BIN / "sphinx-build"), *opts, "-b", "html", ".", "_build/html"]
     out, err = tmp / "_sphinx.out", tmp / "_sphinx.err"
     with out.open("w") as fout, err.open("w") as ferr:
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=fout, stderr=ferr,
@@ -133,9 +146,14 @@ def _sphinx_build(tmp: Path, env: dict[str, str] | None = None) -> subprocess.Co
     return subprocess.CompletedProcess(cmd, returncode, out.read_text(), err.read_text())
 
 
-def _build_mini(tmp: Path) -> str:
-    result = _sphinx_build(tmp, env=dict(os.environ, PYTHONPATH=str(tmp / "pkg")))
+def _build_mini_result(tmp: Path, opts: tuple[str, ...] = ("-W", "-q")):
+    return _sphinx_build(tmp, env=dict(os.environ, PYTHONPATH=str(tmp / "pkg")), opts=opts)
+
+
+def _build_mini(tmp: Path, opts: tuple[str, ...] = ("-W", "-q")) -> str:
+    result = _build_mini_result(tmp, opts)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "without encryption" not in result.stdout + result.stderr  # kernel log is quiet
     return (tmp / "_build" / "html" / "index.html").read_text(encoding="utf-8")
 
 
@@ -172,8 +190,9 @@ def test_real_book_cache_is_keyed_on_the_package() -> None:
     )
 
 
-def _math_book(tmp: Path, formula: str) -> subprocess.CompletedProcess:
-    """A one-page book with one formula, built with the real book's KaTeX set-up."""
+def _math_book(tmp: Path, formula: str, build: bool = True) -> subprocess.CompletedProcess | None:
+    """A one-page book with one formula, built (if ``build``) with the real book's KaTeX
+    set-up."""
     shutil.copytree(ROOT / "_ext", tmp / "_ext", dirs_exist_ok=True)
     (tmp / "conf.py").write_text(textwrap.dedent(f"""
         import sys
@@ -186,7 +205,7 @@ def _math_book(tmp: Path, formula: str) -> subprocess.CompletedProcess:
         exclude_patterns = ["_build", "_ext"]
     """))
     (tmp / "index.md").write_text(f"# Probe\n\nThe formula ${formula}$ ends here.\n")
-    return _sphinx_build(tmp)
+    return _sphinx_build(tmp) if build else None
 
 
 def test_math_is_typeset_at_build_time_with_local_katex(tmp_path: Path) -> None:
@@ -207,3 +226,150 @@ def test_formula_katex_cannot_parse_fails_the_build(tmp_path: Path) -> None:
     result = _math_book(tmp_path, r"\frac{1}{\sqrt{d_k}")  # one brace short
     assert result.returncode != 0, "a broken formula was published as red source text"
     assert "Expected '}'" in result.stderr or "KaTeX" in result.stderr, result.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- faults: one screen each
+
+
+def _cache_dirs(tmp: Path) -> list[Path]:
+    return sorted((tmp / "_build" / ".jupyter_cache").iterdir())
+
+
+def test_corrupted_execution_cache_is_moved_aside_and_the_build_heals(tmp_path: Path):
+    """A cache database cut short (a full disk, a killed CI job) must not crash the build:
+    the cache is moved aside with one line on stderr, and the chapters re-execute."""
+    _mini_book(tmp_path, 41)
+    assert _answer(_build_mini(tmp_path)) == "41"
+    [cache] = _cache_dirs(tmp_path)
+    db = cache / "global.db"
+    with db.open("r+b") as f:
+        f.truncate(db.stat().st_size // 2)
+    result = _build_mini_result(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"exec_cache: the execution cache _build/.jupyter_cache/{cache.name}"
+                               " is unusable ("), lines[0]
+    assert "re-executing the chapters" in lines[0]
+    assert _answer((tmp_path / "_build" / "html" / "index.html").read_text()) == "41"
+    # the broken cache is kept aside for inspection; a fresh, healthy one is in use
+    names = [d.name for d in _cache_dirs(tmp_path)]
+    assert names[0] == cache.name and names[1].startswith(cache.name + ".unusable-"), names
+    assert _cache_problem()(cache) is None
+    assert (cache / "executed").is_dir() and any((cache / "executed").iterdir())
+    # and the next build is quiet again
+    assert _build_mini_result(tmp_path).stderr.strip() == ""
+
+
+def _cache_problem():
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        from exec_cache import cache_problem
+    finally:
+        sys.path.pop(0)
+    return cache_problem
+
+
+def test_cache_check_names_each_kind_of_damage(tmp_path: Path) -> None:
+    """The same check on hand-made caches: no database yet is fine; an empty file, a
+    non-database, missing tables or a missing executed notebook are each unusable."""
+    import sqlite3
+
+    cache_problem = _cache_problem()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    assert cache_problem(cache) is None  # nothing yet: jupyter-cache creates the database
+    db = cache / "global.db"
+    db.write_bytes(b"")
+    assert "tables missing, found none" in cache_problem(cache)
+    db.write_bytes(b"not a database " * 100)
+    assert "not a database" in cache_problem(cache)
+    db.unlink()
+    with sqlite3.connect(db) as con:
+        con.executescript("CREATE TABLE settings (pk); CREATE TABLE nbproject (pk);"
+                          "CREATE TABLE nbcache (pk, hashkey);"
+                          "INSERT INTO nbcache VALUES (1, 'abc')")
+    con.close()
+    assert "1 cached notebook(s) missing" in cache_problem(cache)
+    (cache / "executed" / "abc").mkdir(parents=True)
+    (cache / "executed" / "abc" / "base.ipynb").write_text("{}")
+    assert cache_problem(cache) is None
+
+
+_FAILING_CELL = """
+x = probe_pkg.answer()
+y = x + 1
+assert y == 43, f"expected 43, got {y}"
+print("never reached")
+"""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_failing_cell_is_reported_in_one_screen(tmp_path: Path, jobs: str):
+    """File and line, cell number, its first lines, the exception: no traceback, no
+    "report this error to the developers", a non-zero exit; the next build retries."""
+    _mini_book(tmp_path, 41, extra_cell=_FAILING_CELL)
+    result = _build_mini_result(tmp_path, ("-n", "-W", "--keep-going", "-q", "-j", jobs))
+    assert result.returncode != 0
+    err = result.stderr
+    text = (tmp_path / "index.md").read_text().splitlines()
+    line = text.index('assert y == 43, f"expected 43, got {y}"') + 1
+    expected = [
+        f"{tmp_path / 'index.md'}:{line}: ERROR: code cell 2 (of 2) failed to execute:",
+        f"    {line - 2:4d} | x = probe_pkg.answer()",
+        f"    {line - 1:4d} | y = x + 1",
+        f"  > {line:4d} | assert y == 43, f\"expected 43, got {{y}}\"",
+        f"    {line + 1:4d} | print(\"never reached\")",
+        "  AssertionError: expected 43, got 42",
+        "  full traceback: _build/exec-errors/index.log [exec_report.cell]",
+    ]
+    assert err.strip().splitlines() == expected, err
+    for noise in ("Traceback", "report this error", "Versions", "without encryption",
+                  "Executing notebook failed"):
+        assert noise not in err + result.stdout, noise
+    log = (tmp_path / "_build" / "exec-errors" / "index.log").read_text()
+    assert "AssertionError" in log and "Traceback" in log  # the whole story, in a file
+    # Unchanged source: the failed chapter is read and executed again, and fails again.
+    again = _build_mini_result(tmp_path, ("-W", "-q", "-j", jobs))
+    assert again.returncode != 0 and "code cell 2 (of 2) failed" in again.stderr
+    # Fixed (the package now answers 42): the build passes and the error log is gone.
+    (tmp_path / "pkg" / "probe_pkg.py").write_text("def answer():\n    return 42\n")
+    assert _answer(_build_mini(tmp_path, ("-W", "-q", "-j", jobs))) == "42"
+    assert not (tmp_path / "_build" / "exec-errors" / "index.log").exists()
+
+
+def test_prose_edit_re_renders_one_page_without_executing(tmp_path: Path) -> None:
+    """Editing a sentence of one chapter re-reads that chapter only, from the execution
+    cache: nothing executes. (jupyter-cache keys a notebook on its code cells.)"""
+    import json
+
+    _mini_book(tmp_path, 41)
+    (tmp_path / "second.md").write_text(_FRONT_MATTER + textwrap.dedent("""\
+        # Second
+
+        ```{code-cell} ipython3
+        print("second page", 6 * 7)
+        ```
+
+        Some prose.
+    """))
+    index = tmp_path / "index.md"
+    index.write_text(index.read_text() + "\n```{toctree}\nsecond\n```\n")
+    opts = ("-W", "-j", "2")
+    first = _build_mini_result(tmp_path, opts)
+    assert first.returncode == 0, first.stderr[-3000:]
+    times = json.loads((tmp_path / "_build" / "exec-times.json").read_text())["chapters"]
+    assert {d: c["executed_now"] for d, c in times.items()} == {"index": True, "second": True}
+    # the same times, printed at the end of the build
+    assert "Chapter execution times" in first.stdout
+    assert re.search(r"\n  second +[0-9.]+ \*\n", first.stdout), first.stdout[-1500:]
+    second = tmp_path / "second.md"
+    second.write_text(second.read_text().replace("Some prose.", "Some edited prose."))
+    result = _build_mini_result(tmp_path, opts)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "0 added, 1 changed, 0 removed" in result.stdout, result.stdout
+    assert "Executing notebook" not in result.stdout + result.stderr
+    assert "second.md: Using cached notebook" in result.stdout
+    times = json.loads((tmp_path / "_build" / "exec-times.json").read_text())["chapters"]
+    assert not any(c["executed_now"] for c in times.values()), times
+    assert "Some edited prose." in (tmp_path / "_build" / "html" / "second.html").read_text()

@@ -246,7 +246,8 @@ def _cases():
         (lambda: LMConfig(vocab_size=5, seq_len=4, d_model=10, num_heads=3), ValueError,
          "num_heads: num_heads=3 does not divide d_model=10"),
         (lambda: LMConfig(vocab_size=5, seq_len=4, positional="rotary"), ValueError,
-         "positional: expected one of ('learned', 'sinusoidal'), got 'rotary'"),
+         "positional: expected one of ('learned', 'sinusoidal', 'rope', 'alibi', 'none'), "
+         "got 'rotary'"),
         (lambda: LMConfig(vocab_size=0, seq_len=4), ValueError,
          "vocab_size: expected a positive int, got 0"),
         (lambda: _model(causal=False).generate(torch.zeros(1, 2, dtype=torch.long), 3),

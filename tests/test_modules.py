@@ -327,7 +327,9 @@ def test_need_weights_false_returns_none_and_same_output():
     x = torch.randn(2, 3, 8)
     out, w = mha(x, need_weights=False)
     assert w is None
-    torch.testing.assert_close(out, mha(x)[0], rtol=0, atol=0)
+    # need_weights=False takes PyTorch's fused kernel (no weights formed): the same
+    # output up to the order of the sums
+    torch.testing.assert_close(out, mha(x)[0], **TOL[torch.float32])
 
 
 def test_gradcheck_multi_head_attention_float64():
@@ -346,6 +348,137 @@ def test_gradcheck_multi_head_attention_float64():
         return torch.func.functional_call(mha, dict(zip(names, ps, strict=True)), (x.detach(),))[0]
 
     assert torch.autograd.gradcheck(f, params)
+
+
+# ================================================================ head width (head_dim)
+
+
+def _manual_mha(layer, query, key, value, mask=None):
+    """Multi-head attention computed head by head in NumPy float64, from the weights.
+
+    Independent of the package's forward pass: for each head j it slices columns
+    j*head_dim:(j+1)*head_dim of W_Q, W_K, W_V (``W = weight.T``), computes
+    softmax(Q_j K_jᵀ / sqrt(head_dim)) V_j with its own softmax, concatenates
+    the heads and applies W_O. ``mask``: bool (q_len, k_len), True = may attend.
+    Returns (output (batch, q_len, d_model), weights (batch, h, q_len, k_len)).
+    """
+    h, d = layer.num_heads, layer.head_dim
+
+    def lin(m, x):
+        w = m.weight.detach().double().numpy().T  # (in, out): the book's W
+        b = 0.0 if m.bias is None else m.bias.detach().double().numpy()
+        return x.detach().double().numpy() @ w + b
+
+    q_all, k_all, v_all = lin(layer.w_q, query), lin(layer.w_k, key), lin(layer.w_v, value)
+    assert q_all.shape[-1] == h * d
+    heads, weights = [], []
+    for j in range(h):
+        cols = slice(j * d, (j + 1) * d)
+        s = q_all[..., cols] @ np.swapaxes(k_all[..., cols], -1, -2) / math.sqrt(d)
+        if mask is not None:
+            s = np.where(mask, s, -np.inf)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        a = e / e.sum(axis=-1, keepdims=True)  # (batch, q_len, k_len)
+        weights.append(a)
+        heads.append(a @ v_all[..., cols])  # (batch, q_len, head_dim)
+    concat = np.concatenate(heads, axis=-1)  # (batch, q_len, h * head_dim)
+    w_o = layer.w_o.weight.detach().double().numpy().T  # (h * head_dim, d_model)
+    b_o = 0.0 if layer.w_o.bias is None else layer.w_o.bias.detach().double().numpy()
+    return concat @ w_o + b_o, np.stack(weights, axis=1)
+
+
+def _randomise_biases(layer):
+    with torch.no_grad():
+        for m in (layer.w_q, layer.w_k, layer.w_v, layer.w_o):
+            if m.bias is not None:
+                m.bias.normal_()
+    return layer
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mha_default_head_dim_equals_manual_and_torch(dtype):
+    ref, ours = _pair(12, 3, dtype=dtype, seed=20)
+    assert ours.head_dim == 4 and ours.inner_dim == 12
+    torch.manual_seed(21)
+    q = torch.randn(2, 5, 12, dtype=dtype)
+    kv = torch.randn(2, 6, 12, dtype=dtype)
+    out, wh = ours(q, kv, average_weights=False)
+    manual_out, manual_w = _manual_mha(ours, q, kv, kv)
+    np.testing.assert_allclose(out.detach().double().numpy(), manual_out, **TOL[dtype])
+    np.testing.assert_allclose(wh.detach().double().numpy(), manual_w, **TOL[dtype])
+    out_ref, wh_ref = ref(q, kv, kv, average_attn_weights=False)
+    torch.testing.assert_close(out, out_ref, **TOL[dtype])
+    torch.testing.assert_close(wh, wh_ref, **TOL[dtype])
+    # the explicit default is the same layer
+    explicit = MultiHeadAttention(12, 3, head_dim=4).to(dtype)
+    explicit.load_state_dict(ours.state_dict())
+    torch.testing.assert_close(explicit(q, kv)[0], ours(q, kv)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("d_model", "num_heads", "head_dim"),
+    [(10, 3, 4), (8, 2, 16), (12, 4, 2), (7, 1, 5)],  # 10 and 7 not divisible by h
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_mha_other_head_dim_equals_manual_per_head(d_model, num_heads, head_dim, causal):
+    torch.manual_seed(22)
+    layer = MultiHeadAttention(d_model, num_heads, head_dim=head_dim, causal=causal)
+    layer = _randomise_biases(layer.double()).eval()
+    inner = num_heads * head_dim
+    assert layer.head_dim == head_dim and layer.inner_dim == inner
+    assert layer.w_q.weight.shape == (inner, d_model)  # W_Q = weight.T: (d_model, inner)
+    assert layer.w_v.weight.shape == (inner, d_model)
+    assert layer.w_o.weight.shape == (d_model, inner)  # W_O = weight.T: (inner, d_model)
+    n_params = sum(p.numel() for p in layer.parameters())
+    assert n_params == 4 * d_model * inner + 3 * inner + d_model
+    x = torch.randn(3, 5, d_model, dtype=torch.float64)
+    with torch.no_grad():
+        out, wh = layer(x, average_weights=False)
+    assert out.shape == (3, 5, d_model) and wh.shape == (3, num_heads, 5, 5)
+    mask = np.tril(np.ones((5, 5), dtype=bool)) if causal else None
+    manual_out, manual_w = _manual_mha(layer, x, x, x, mask)
+    np.testing.assert_allclose(out.numpy(), manual_out, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(wh.numpy(), manual_w, rtol=0, atol=1e-12)
+    # the fused kernel, a KV cache and unbatched input agree with it
+    layer.use_fused = True
+    torch.testing.assert_close(layer(x)[0], out, rtol=0, atol=1e-12)
+    layer.use_fused = False
+    torch.testing.assert_close(layer(x[1])[0], out[1], rtol=0, atol=1e-12)
+    if causal:
+        cache = KVCache()
+        steps = [layer(x[:, t : t + 1], kv_cache=cache)[0] for t in range(5)]
+        assert cache.keys.shape == (3, num_heads, 5, head_dim)
+        torch.testing.assert_close(torch.cat(steps, 1), out, rtol=0, atol=1e-12)
+
+
+def test_mha_config_carries_head_dim():
+    cfg = MultiHeadAttentionConfig(d_model=10, num_heads=3, head_dim=4)
+    assert cfg.head_dim == 4 and cfg.inner_dim == 12
+    layer = MultiHeadAttention.from_config(cfg)
+    assert layer.config == cfg and layer.head_dim == 4
+    assert MultiHeadAttentionConfig(12, 3).head_dim == 4  # default resolved on creation
+    assert MultiHeadAttentionConfig(12, 3) == MultiHeadAttentionConfig(12, 3, head_dim=4)
+    assert "head_dim=4" in repr(layer)
+
+
+def test_bad_input_head_dim():
+    with raises(ValueError, "head_dim: expected a positive int, got 0"):
+        MultiHeadAttention(8, 2, head_dim=0)
+    with raises(ValueError, "head_dim: expected a positive int, got -3"):
+        MultiHeadAttentionConfig(8, 2, head_dim=-3)
+    with raises(TypeError, "head_dim: expected a positive int, got float"):
+        MultiHeadAttention(8, 2, head_dim=2.5)
+    with raises(TypeError, "head_dim: expected a positive int, got bool"):
+        MultiHeadAttention(8, 2, head_dim=True)
+    with raises(ValueError, "num_heads=3 does not divide d_model=10", "pass head_dim"):
+        MultiHeadAttention(10, 3)
+    layer = MultiHeadAttention(8, 2, head_dim=3)
+    with raises(ValueError, "module: torch.nn.MultiheadAttention always uses head_dim",
+                "= 4, but this layer has head_dim=3", "num_heads * head_dim = 6, d_model = 8"):
+        layer.copy_from_torch(torch.nn.MultiheadAttention(8, 2))
+    # input width is still d_model, not num_heads * head_dim
+    with raises(ValueError, "query: expected last dimension 8 (d_model)", "(1, 2, 6)"):
+        layer(torch.zeros(1, 2, 6))
 
 
 # ================================================================ KV cache
@@ -611,3 +744,120 @@ def test_bad_input_from_torch_options():
         MultiHeadAttention(8, 4).copy_from_torch(torch_mha(8, 2))
     with raises(ValueError, "module: bias=False but this layer has bias=True"):
         MultiHeadAttention(8, 2).copy_from_torch(torch_mha(8, 2, bias=False))
+
+
+# ================================================================ PyTorch's two mask conventions
+
+
+def test_torch_boolean_mask_conventions():
+    """The notation page: F.scaled_dot_product_attention reads True as "may attend";
+    nn.MultiheadAttention and nn.Transformer's masks read True as "blocked".
+
+    Each bool mask is compared with the same mask written as an additive float
+    mask (0 keep, -inf block), whose meaning is unambiguous.
+    """
+    torch.manual_seed(30)
+    dt = torch.float64
+    allowed = torch.tensor([[1, 1, 0, 0],  # book convention: True = may attend;
+                            [0, 1, 1, 0],  # every row has both True and False,
+                            [0, 0, 1, 1],  # so neither reading masks a whole row
+                            [1, 0, 0, 1]], dtype=torch.bool)
+    additive = torch.zeros(4, 4, dtype=dt).masked_fill(~allowed, float("-inf"))
+
+    def same(a, b):
+        return torch.allclose(a, b, rtol=0, atol=1e-12)
+
+    # F.scaled_dot_product_attention: True = may attend
+    q, k, v = torch.randn(3, 2, 4, 8, dtype=dt)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    ref = sdpa(q, k, v, attn_mask=additive)
+    assert same(sdpa(q, k, v, attn_mask=allowed), ref)
+    assert not same(sdpa(q, k, v, attn_mask=~allowed), ref)
+
+    # nn.MultiheadAttention: attn_mask and key_padding_mask, True = blocked
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).to(dt).eval()
+    x = torch.randn(2, 4, 8, dtype=dt)
+    ref = mha(x, x, x, attn_mask=additive)[0]
+    assert same(mha(x, x, x, attn_mask=~allowed)[0], ref)
+    assert not same(mha(x, x, x, attn_mask=allowed)[0], ref)
+    assert same(MultiHeadAttention.from_torch(mha)(x, mask=allowed)[0], ref)  # the book's
+    real = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)  # True = real token
+    pad_add = torch.zeros(2, 4, dtype=dt).masked_fill(~real, float("-inf"))
+    ref = mha(x, x, x, key_padding_mask=pad_add)[0]
+    assert same(mha(x, x, x, key_padding_mask=~real)[0], ref)
+    assert not same(mha(x, x, x, key_padding_mask=real)[0], ref)
+
+    # nn.Transformer (encoder and decoder layers inside): every mask, True = blocked
+    model = torch.nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1,
+                                 num_decoder_layers=1, dim_feedforward=16, dropout=0.0,
+                                 batch_first=True).to(dt).eval()
+    src, tgt = torch.randn(2, 4, 8, dtype=dt), torch.randn(2, 4, 8, dtype=dt)
+    for name in ("src_mask", "tgt_mask", "memory_mask"):
+        ref = model(src, tgt, **{name: additive})
+        assert same(model(src, tgt, **{name: ~allowed}), ref), name
+        assert not same(model(src, tgt, **{name: allowed}), ref), name
+    for name in ("src_key_padding_mask", "tgt_key_padding_mask", "memory_key_padding_mask"):
+        ref = model(src, tgt, **{name: pad_add})
+        assert same(model(src, tgt, **{name: ~real}), ref), name
+        assert not same(model(src, tgt, **{name: real}), ref), name
+
+# ================================================================ siblings must agree
+# Values computed on separate code paths that must agree, above all in training mode,
+# where dropout makes the weights random: the weights a module returns must be the
+# weights its context was computed from.
+
+
+def test_causal_dropout_context_is_computed_from_the_returned_weights():
+    torch.manual_seed(21)
+    csa = CausalSelfAttention(5, 4, dropout=0.5).double().train()
+    x = torch.randn(3, 6, 5, dtype=torch.float64)
+    context, weights = csa(x)
+    eval_weights = csa.eval()(x)[1]
+    dropped = (weights == 0) & (eval_weights > 0)
+    assert dropped.any() and (~dropped & (eval_weights > 0)).any()  # dropout did act
+    v = csa.w_v(x)  # (batch, seq_len, d_out)
+    torch.testing.assert_close(context, weights @ v, **TOL[torch.float64])
+    # unbatched input: the same rule
+    csa.train()
+    c1, w1 = csa(x[0])
+    torch.testing.assert_close(c1, w1 @ csa.w_v(x[0]), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_mha_dropout_output_is_computed_from_the_returned_weights(causal):
+    torch.manual_seed(22)
+    mha = MultiHeadAttention(12, 3, dropout=0.4, causal=causal).double().train()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    torch.manual_seed(0)
+    out, w = mha(x, average_weights=False)  # (batch, q_len, d_model), (batch, heads, q, k)
+    assert (w == 0).any() and not torch.allclose(w.sum(-1), torch.ones(2, 3, 5, dtype=w.dtype))
+    v = split_heads(mha.w_v(x), 3)  # (batch, heads, k_len, head_dim)
+    expected = mha.w_o(merge_heads(w @ v))  # (batch, q_len, d_model)
+    torch.testing.assert_close(out, expected, **TOL[torch.float64])
+    # The same dropout draw (same seed) with averaged weights or none: the same output,
+    # and the averaged weights are the mean of the per-head weights actually used.
+    torch.manual_seed(0)
+    out_avg, w_avg = mha(x)
+    torch.manual_seed(0)
+    out_none, w_none = mha(x, need_weights=False)
+    assert w_none is None
+    torch.testing.assert_close(out_avg, out, rtol=0, atol=0)
+    torch.testing.assert_close(out_none, out, rtol=0, atol=0)
+    torch.testing.assert_close(w_avg, w.mean(dim=1), rtol=0, atol=0)
+
+
+def test_mha_eval_weights_explain_the_output_with_masks_and_cache():
+    torch.manual_seed(23)
+    mha = MultiHeadAttention(8, 2, causal=True).double().eval()
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    pad = key_padding_to_attention_mask(padding_mask([6, 4], like=x))  # (2, 1, 1, 6)
+    out, w = mha(x, mask=pad, average_weights=False)
+    v = split_heads(mha.w_v(x), 2)
+    torch.testing.assert_close(out, mha.w_o(merge_heads(w @ v)), **TOL[torch.float64])
+    # with a KV cache, the last token's weights over the cached keys explain its output
+    cache = KVCache()
+    mha(x[:, :5], kv_cache=cache, need_weights=False)
+    out_last, w_last = mha(x[:, 5:], kv_cache=cache, average_weights=False)
+    full_out, full_w = mha(x, average_weights=False)  # no padding mask here
+    torch.testing.assert_close(out_last, full_out[:, 5:], **TOL[torch.float64])
+    torch.testing.assert_close(w_last, full_w[:, :, 5:], **TOL[torch.float64])

@@ -253,3 +253,86 @@ def test_empty_input_raises():
     msg = "logits: expected a non-empty array, got shape (1, 0, 3)"
     with pytest.raises(ValueError, match=re.escape(msg)):
         perplexity(np.zeros((1, 0, 3)), np.zeros((1, 0), dtype=np.int64))
+
+
+# ------------------------------------------------------------------ ignore_index, exactly
+
+
+def _case_with_ignore(ignore_index: int, seed: int = 0, vocab: int = 11):
+    """Logits and targets where ``ignore_index`` marks exactly the positions in ``holes``.
+
+    Every other target is a valid id different from ``ignore_index``, so a
+    position is scored if and only if its target is not ``ignore_index``.
+    """
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(scale=3.0, size=(3, 7, vocab))
+    ids = [i for i in range(vocab) if i != ignore_index]
+    targets = rng.choice(ids, size=(3, 7)).astype(np.int64)
+    holes = rng.random((3, 7)) < 0.3
+    holes[0, 0], holes[2, 6] = True, False
+    targets[holes] = ignore_index
+    return logits, targets, holes
+
+
+# ignore_index >= 0 is legal (a vocabulary's own padding id): only that value is skipped,
+# not "every negative target" and not "every target below 0 or equal to ignore_index".
+@pytest.mark.parametrize("ignore_index", [-100, -1, 0, 3, 10])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_token_nll_skips_exactly_the_ignore_index_positions(ignore_index, backend):
+    logits, targets, holes = _case_with_ignore(ignore_index)
+    ref = F.cross_entropy(
+        torch.from_numpy(logits).reshape(-1, 11), torch.from_numpy(targets).reshape(-1),
+        ignore_index=ignore_index, reduction="none",
+    ).reshape(3, 7)  # 0 at ignored positions, like token_nll
+    if backend == "torch":
+        logits, targets = torch.from_numpy(logits), torch.from_numpy(targets)
+    nll, scored = token_nll(logits, targets, ignore_index=ignore_index)
+    scored = np.asarray(scored)
+    np.testing.assert_array_equal(scored, ~holes)
+    np.testing.assert_allclose(np.asarray(nll), ref.numpy(), rtol=1e-12, atol=1e-12)
+    mean = ref.sum().item() / (~holes).sum()
+    assert float(negative_log_likelihood(logits, targets, ignore_index)) == pytest.approx(
+        mean, rel=1e-12
+    )
+    assert float(perplexity(logits, targets, ignore_index)) == pytest.approx(
+        math.exp(mean), rel=1e-12
+    )
+
+
+@pytest.mark.parametrize("ignore_index", [-100, 0, 3])
+def test_negative_target_other_than_ignore_index_is_an_error_in_both_backends(ignore_index):
+    logits, targets, _ = _case_with_ignore(ignore_index)
+    targets[1, 2] = -7  # never a token id, and not ignore_index
+    for lg, tg in ((logits, targets), (torch.from_numpy(logits), torch.from_numpy(targets))):
+        with pytest.raises(ValueError, match=r"targets: expected token ids in \[0, 11\).*"
+                                             r"got -7 at index \(1, 2\)"):
+            token_nll(lg, tg, ignore_index=ignore_index)
+
+
+# ------------------------------------------------------------------ siblings must agree
+# Values that are computed on separate code paths and must agree: NumPy vs torch,
+# nats vs bits vs perplexity, token vs sequence reduction.
+
+
+@pytest.mark.parametrize("ignore_index", [-100, 3])
+@pytest.mark.parametrize("reduction", ["token", "sequence"])
+def test_numpy_and_torch_paths_and_units_agree(ignore_index, reduction):
+    logits, targets, _ = _case_with_ignore(ignore_index, seed=7)
+    targets[1, :] = ignore_index  # a fully ignored sequence, left out of the sequence mean
+    lt, tt = torch.from_numpy(logits), torch.from_numpy(targets)
+    kw = dict(ignore_index=ignore_index, reduction=reduction)
+    nll_np = negative_log_likelihood(logits, targets, **kw)
+    nll_t = negative_log_likelihood(lt, tt, **kw)
+    assert nll_np == pytest.approx(float(nll_t), rel=1e-12)
+    assert bits_per_token(logits, targets, **kw) == pytest.approx(nll_np / math.log(2), rel=1e-12)
+    ppl_np, ppl_t = perplexity(logits, targets, **kw), perplexity(lt, tt, **kw)
+    assert ppl_np == pytest.approx(float(ppl_t), rel=1e-12)
+    # by hand from the per-position values
+    nll, scored = token_nll(logits, targets, ignore_index)
+    if reduction == "token":
+        assert nll_np == pytest.approx(nll[scored].mean(), rel=1e-12)
+        assert ppl_np == pytest.approx(math.exp(nll_np), rel=1e-12)
+    else:
+        per_seq = [nll[b][scored[b]].mean() for b in (0, 2)]  # sequence 1 is all ignored
+        assert nll_np == pytest.approx(np.mean(per_seq), rel=1e-12)
+        assert ppl_np == pytest.approx(np.mean(np.exp(per_seq)), rel=1e-12)

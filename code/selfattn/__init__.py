@@ -9,12 +9,14 @@ from selfattn.attention import (
     scaled_dot_product_attention,
     simple_self_attention,
 )
+from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
+from selfattn.grouped import GroupedQueryAttention, kv_cache_bytes
 from selfattn.language_model import (
     LMConfig,
     TinyLM,
-    TransformerBlock,
     evaluate_perplexity,
+    learning_rate_schedule,
     train_language_model,
 )
 from selfattn.masks import (
@@ -43,17 +45,25 @@ from selfattn.perplexity import (
 from selfattn.positional import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
+    alibi_bias,
+    alibi_slopes,
+    apply_rotary,
+    rotary_angles,
     sinusoidal_encoding,
     sinusoidal_shift_matrix,
 )
 from selfattn.similarity import cosine_similarity, dot_similarity, scaled_dot_similarity
 from selfattn.softmax import log_softmax, softmax
+from selfattn.tiled import attention_full, online_softmax, peak_memory, tiled_attention
 
 __all__ = [
     # attention
     "attention_scores",
     "scaled_dot_product_attention",
     "simple_self_attention",
+    # block (the transformer block)
+    "BlockConfig",
+    "TransformerBlock",
     # data (synthetic Markov language, tokenizer, batches)
     "CharTokenizer",
     "MarkovSource",
@@ -61,11 +71,14 @@ __all__ = [
     "fit_bigram",
     # examples (submodule: the worked-example inputs)
     "examples",
+    # grouped (grouped-query and multi-query attention)
+    "GroupedQueryAttention",
+    "kv_cache_bytes",
     # language_model (tiny decoder-only transformer)
     "LMConfig",
     "TinyLM",
-    "TransformerBlock",
     "evaluate_perplexity",
+    "learning_rate_schedule",
     "train_language_model",
     # masks
     "causal_mask",
@@ -92,6 +105,10 @@ __all__ = [
     # positional
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rotary",
+    "rotary_angles",
     "sinusoidal_encoding",
     "sinusoidal_shift_matrix",
     # similarity
@@ -101,4 +118,9 @@ __all__ = [
     # softmax
     "log_softmax",
     "softmax",
+    # tiled (online softmax, memory O(L))
+    "attention_full",
+    "online_softmax",
+    "peak_memory",
+    "tiled_attention",
 ]

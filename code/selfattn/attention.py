@@ -8,7 +8,11 @@ The computation is written out step by step, exactly as the book derives it::
     C = A V                   context,  (..., q_len, head_dim_v)
 
 This readable path *is* the implementation; the tests check it against
-``torch.nn.functional.scaled_dot_product_attention``.
+``torch.nn.functional.scaled_dot_product_attention``. With torch tensors,
+step 4 is ``torch.softmax`` (the same stable softmax, in one fused kernel)
+and the scale multiplies Q before the product (L x head_dim numbers, not
+L x L). ``need_weights=False`` skips S and A altogether and calls PyTorch's
+fused kernel for C; it returns the same context (to rounding) and ``None``.
 
 Shape legend (the book's notation):
 
@@ -28,6 +32,12 @@ context are all **zeros** (not NaN). PyTorch 2.13's
 ``scaled_dot_product_attention`` returns the same zeros on CPU, both for a bool
 mask row that is all ``False`` and for an additive mask row that is all
 ``-inf`` (checked in ``tests/test_attention.py``).
+
+Checks cost one reduction per argument, not a pass per rule: finiteness of
+an input is one ``aminmax`` (NaN propagates through min and max); an
+additive mask is one ``max``. Overflow of the scores is caught on the torch
+path by checking the context, L x head_dim_v numbers: finite inputs give a
+non-finite context only when a score overflowed.
 
 Bad input raises ``TypeError`` (not an array, non-float inputs, mixed
 backends or dtypes, an integer mask, a non-numeric scale) or ``ValueError``
@@ -59,8 +69,9 @@ from selfattn.softmax import _check_float, softmax
 
 try:
     import torch
+    import torch.nn.functional as F
 except ImportError:  # pragma: no cover
-    torch = None  # type: ignore[assignment]
+    torch = F = None  # type: ignore[assignment]
 
 __all__ = ["attention_scores", "scaled_dot_product_attention", "simple_self_attention"]
 
@@ -166,13 +177,9 @@ def _prepare_mask(mask: Any, query: Any, scores_shape: tuple[int, ...]) -> Any:
             f"mask: expected a shape broadcastable to the scores (..., q_len, k_len) = "
             f"{scores_shape}, got shape {shape_of(mask)}"
         )
-    if is_float:
-        bad = (
-            bool(torch.isnan(mask).any() or torch.isposinf(mask).any())
-            if is_tensor(mask)
-            else bool(np.isnan(mask).any() or np.isposinf(mask).any())
-        )
-        if bad:
+    if is_float and (mask.numel() if is_tensor(mask) else mask.size):
+        top = float((mask.detach() if is_tensor(mask) else mask).max())  # NaN propagates
+        if math.isnan(top) or top == math.inf:
             raise ValueError(
                 f"mask: an additive mask may hold finite values and -inf only, found NaN or "
                 f"+inf (shape {shape_of(mask)})"
@@ -189,30 +196,36 @@ def _swap_last(x: Any) -> Any:
     return x.swapaxes(-1, -2)  # (..., d, n)
 
 
-def _scores(query: Any, key: Any, factor: float, names: str = "query, key") -> Any:
+def _scores(
+    query: Any, key: Any, factor: float, names: str = "query, key", check: bool = True
+) -> Any:
     """``Q Kᵀ · factor``: (..., q_len, head_dim) @ (..., head_dim, k_len) -> (..., q_len, k_len).
 
-    Raises ``ValueError`` instead of returning inf when the product overflows.
+    With ``check``, raises ``ValueError`` instead of returning inf when the product
+    overflows. Torch scales ``Q`` first: (..., q_len, head_dim) numbers to multiply
+    instead of (..., q_len, k_len).
     """
     if is_tensor(query):
-        scores = (query @ _swap_last(key)) * factor  # (..., q_len, k_len)
+        scaled = query if factor == 1.0 else query * factor  # (..., q_len, head_dim)
+        scores = scaled @ _swap_last(key)  # (..., q_len, k_len)
     else:
         with np.errstate(over="ignore", invalid="ignore"):  # reported below instead
             scores = (query @ _swap_last(key)) * factor  # (..., q_len, k_len)
-    _check_scores_finite(scores, names)
+    if check:
+        _check_overflow(scores, shape_of(scores), names)
     return scores
 
 
-def _check_scores_finite(scores: Any, names: str) -> None:
-    """``ValueError`` if the scores overflowed (finite inputs, inf product)."""
-    finite = (
-        bool(torch.isfinite(scores).all()) if is_tensor(scores) else bool(np.isfinite(scores).all())
-    )
-    if not finite:
+def _check_overflow(result: Any, scores_shape: tuple[int, ...], names: str) -> None:
+    """``ValueError`` if ``result`` (the scores, or the context computed from them) is not
+    finite: the inputs were finite, so a score overflowed. One reduction."""
+    try:
+        check_finite(names, result)
+    except ValueError:
         raise ValueError(
-            f"{names}: the scores overflowed to inf (shape {shape_of(scores)}); "
+            f"{names}: the scores overflowed to inf (shape {scores_shape}); "
             "the inputs are too large for their dtype"
-        )
+        ) from None
 
 
 # ---------------------------------------------------------------- public API
@@ -275,7 +288,8 @@ def scaled_dot_product_attention(
     mask: Array | None = None,
     *,
     scale: float | None = None,
-) -> tuple[Array, Array]:
+    need_weights: bool = True,
+) -> tuple[Array, Array | None]:
     """Scaled dot-product attention, ``C = softmax(Q Kᵀ · scale + mask) V``.
 
     Args:
@@ -293,6 +307,9 @@ def scaled_dot_product_attention(
             A NumPy bool mask is accepted with torch inputs. Integer masks are
             rejected (``TypeError``): convert with ``mask.astype(bool)``.
         scale: multiplier of the scores, default ``1/sqrt(head_dim)``.
+        need_weights: return the weights (default). ``False`` returns ``None``
+            instead and, for torch tensors, computes the context with PyTorch's
+            fused kernel, which never forms the ``(q_len, k_len)`` matrices.
 
     Returns:
         ``(context, weights)``:
@@ -300,7 +317,8 @@ def scaled_dot_product_attention(
         * context ``(..., q_len, head_dim_v)``, the attention output;
         * weights ``(..., q_len, k_len)``, each row sums to 1 -- except a
           query row with every key masked, whose weights and context are
-          all zeros (no NaN; same as PyTorch 2.13 on CPU).
+          all zeros (no NaN; same as PyTorch 2.13 on CPU); ``None`` if
+          ``need_weights`` is False.
 
         NumPy in -> NumPy out, torch in -> torch out (differentiable).
 
@@ -331,18 +349,15 @@ def scaled_dot_product_attention(
     scores_shape = lead + (shape_of(query)[-2], shape_of(key)[-2])  # (..., q_len, k_len)
     if mask is not None:
         mask = _prepare_mask(mask, query, scores_shape)
+    if is_tensor(query):
+        return _torch_attention(query, key, value, mask, factor, scores_shape, need_weights)
 
     # 2. scores S = Q Kᵀ · scale
     scores = _scores(query, key, factor)  # (..., q_len, k_len)
 
     # 3. mask: blocked scores become -inf, so softmax gives them weight 0
     if mask is not None:
-        if is_tensor(scores):
-            if mask.dtype == torch.bool:
-                scores = scores.masked_fill(~mask, float("-inf"))  # (..., q_len, k_len)
-            else:
-                scores = scores + mask  # (..., q_len, k_len)
-        elif mask.dtype == np.bool_:
+        if mask.dtype == np.bool_:
             scores = np.where(mask, scores, -np.inf)  # (..., q_len, k_len)
         else:
             scores = scores + mask  # (..., q_len, k_len)
@@ -352,4 +367,55 @@ def scaled_dot_product_attention(
 
     # 5. context C = A V
     context = weights @ value  # (..., q_len, k_len) @ (..., k_len, hd_v) -> (..., q_len, hd_v)
+    return context, (weights if need_weights else None)
+
+
+def _blocked_rows(mask: Any) -> Any:
+    """``(..., q_len, 1)`` bool, True where a query row may attend to no key (torch mask)."""
+    if mask.dtype == torch.bool:
+        return ~mask.any(dim=-1, keepdim=True)
+    return mask.amax(dim=-1, keepdim=True) == float("-inf")  # one reduction
+
+
+def _torch_attention(
+    query: Any, key: Any, value: Any, mask: Any, factor: float,
+    scores_shape: tuple[int, ...], need_weights: bool,
+) -> tuple[Any, Any]:
+    """Steps 2-5 for validated torch tensors (see :func:`scaled_dot_product_attention`)."""
+    blocked = None if mask is None else _blocked_rows(mask)  # (..., q_len, 1)
+    if blocked is not None and not bool(blocked.any()):
+        blocked = None
+    if not need_weights:
+        # PyTorch's fused kernel: C without forming S or A. Its leading dims must match.
+        lead = scores_shape[:-2]
+        q, k, v = (x.expand(*lead, *x.shape[-2:]) if x.shape[:-2] != lead else x
+                   for x in (query, key, value))
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=factor)
+        if blocked is not None:
+            context = context.masked_fill(blocked, 0.0)  # (..., q_len, hd_v)
+        _check_overflow(context, scores_shape, "query, key")
+        return context, None
+
+    # 2. scores S = Q Kᵀ · scale (checked through the context below)
+    scores = _scores(query, key, factor, check=False)  # (..., q_len, k_len)
+
+    # 3. mask: blocked scores become -inf, so softmax gives them weight 0
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))  # (..., q_len, k_len)
+        else:
+            scores = scores + mask  # (..., q_len, k_len)
+    if blocked is not None:
+        # a row with every key blocked: finite scores now (no NaN, also in the
+        # gradient), zero weights after the softmax
+        scores = scores.masked_fill(blocked, 0.0)  # (..., q_len, k_len)
+
+    # 4. weights A = softmax(S) along the keys
+    weights = torch.softmax(scores, dim=-1)  # (..., q_len, k_len)
+    if blocked is not None:
+        weights = weights.masked_fill(blocked, 0.0)  # (..., q_len, k_len)
+
+    # 5. context C = A V
+    context = weights @ value  # (..., q_len, k_len) @ (..., k_len, hd_v) -> (..., q_len, hd_v)
+    _check_overflow(context, scores_shape, "query, key")
     return context, weights

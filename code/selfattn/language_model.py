@@ -39,20 +39,25 @@ import torch
 from torch import Tensor, nn
 
 from selfattn._checks import check_positive_int, is_tensor, shape_of
+from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import batches
-from selfattn.modules import KVCache, MultiHeadAttention
+from selfattn.modules import KVCache
 from selfattn.perplexity import negative_log_likelihood, token_nll
-from selfattn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from selfattn.positional import (
+    LearnedPositionalEmbedding,
+    NoPositionalEncoding,
+    SinusoidalPositionalEncoding,
+)
 
 __all__ = [
     "LMConfig",
     "TinyLM",
-    "TransformerBlock",
     "evaluate_perplexity",
+    "learning_rate_schedule",
     "train_language_model",
 ]
 
-_POSITIONAL = ("learned", "sinusoidal")
+_POSITIONAL = ("learned", "sinusoidal", "rope", "alibi", "none")
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,9 @@ class LMConfig:
     d_ff: int | None = None  # hidden width of each block's MLP; None means 4 * d_model
     dropout: float = 0.0  # drop probability for attention weights and residual branches
     causal: bool = True  # False lets every position see the future: the model can "cheat"
-    positional: str = "learned"  # "learned" (trainable table) or "sinusoidal" (fixed)
+    positional: str = "learned"  # "learned" (trainable table) or "sinusoidal" (fixed) added
+    # to the embeddings; "rope" or "alibi" inside attention; "none": no positions at all
+    num_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: num_heads
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "num_heads", "num_layers"):
@@ -89,45 +96,20 @@ class LMConfig:
             raise ValueError(
                 f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
             )
+        self.block_config()  # validates num_kv_heads against num_heads
 
     @property
     def ff_dim(self) -> int:
         """The MLP hidden width actually used (``d_ff`` or ``4 * d_model``)."""
         return 4 * self.d_model if self.d_ff is None else self.d_ff
 
-
-class TransformerBlock(nn.Module):
-    """One pre-LayerNorm decoder block: attention then MLP, each added to the residual.
-
-    ``x = x + Dropout(MHA(LN1(x)))``; ``x = x + Dropout(W2 GELU(W1 LN2(x)))``.
-
-    Args:
-        config: the :class:`LMConfig` (uses ``d_model``, ``num_heads``, ``ff_dim``,
-            ``dropout``, ``causal``).
-    """
-
-    def __init__(self, config: LMConfig) -> None:
-        super().__init__()
-        d = config.d_model
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = MultiHeadAttention(
-            d, config.num_heads, dropout=config.dropout, causal=config.causal
-        )
-        self.ln2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(
-            nn.Linear(d, config.ff_dim), nn.GELU(), nn.Linear(config.ff_dim, d)
-        )
-        self.drop = nn.Dropout(config.dropout)
-
-    def forward(self, x: Tensor, kv_cache: KVCache | None = None) -> Tensor:
-        """``x``: ``(batch, L, d_model)`` -> ``(batch, L, d_model)``.
-
-        With ``kv_cache`` the block's keys/values are appended to the cache and
-        the ``L`` new positions attend to every cached position as well.
-        """
-        attended, _ = self.attn(self.ln1(x), need_weights=False, kv_cache=kv_cache)
-        x = x + self.drop(attended)  # (batch, L, d_model)
-        return x + self.drop(self.mlp(self.ln2(x)))  # (batch, L, d_model)
+    def block_config(self) -> BlockConfig:
+        """The settings of each block: pre-LN, GELU, causal as ``causal``, no cross-attention."""
+        inside = self.positional if self.positional in ("rope", "alibi") else None
+        return BlockConfig(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim,
+                           dropout=float(self.dropout), norm_first=True, activation="gelu",
+                           causal=self.causal, num_kv_heads=self.num_kv_heads,
+                           positional=inside)
 
 
 class TinyLM(nn.Module):
@@ -139,7 +121,8 @@ class TinyLM(nn.Module):
     Attributes:
         tok_emb: ``nn.Embedding(vocab_size, d_model)``.
         pos: learned or sinusoidal positions for ``seq_len`` positions.
-        blocks: ``num_layers`` :class:`TransformerBlock`.
+        blocks: ``num_layers`` :class:`selfattn.block.TransformerBlock`, built
+            from :meth:`LMConfig.block_config` (pre-LN, GELU).
         ln_f: final ``LayerNorm``; head: ``nn.Linear(d_model, vocab_size)``.
 
     Raises:
@@ -154,8 +137,10 @@ class TinyLM(nn.Module):
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         if config.positional == "learned":
             self.pos: nn.Module = LearnedPositionalEmbedding(config.seq_len, config.d_model)
-        else:
+        elif config.positional == "sinusoidal":
             self.pos = SinusoidalPositionalEncoding(config.d_model, config.seq_len)
+        else:  # rope / alibi act inside attention; "none" has no positions
+            self.pos = NoPositionalEncoding()
         self.emb_drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.d_model)
@@ -465,6 +450,30 @@ def _lr_factor(step: int, steps: int, warmup: int) -> float:
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def learning_rate_schedule(steps: int, warmup: int | None = None) -> np.ndarray:
+    """The factor :func:`train_language_model` multiplies ``lr`` by at each step.
+
+    Linear warm-up from ``1 / warmup`` to 1 over the first ``warmup`` steps
+    (default ``steps // 20``), then a cosine from 1 down to 0.1 at the last step.
+
+    Args:
+        steps: number of optimiser steps, >= 1.
+        warmup: warm-up steps, ``0 <= warmup``.
+
+    Returns:
+        ``(steps,)`` float64 NumPy array of factors in ``(0, 1]``.
+
+    Raises:
+        ValueError: ``steps`` not a positive int, ``warmup`` not an int >= 0
+            (TypeError if ``steps`` is not an int).
+    """
+    check_positive_int("steps", steps)
+    warmup = steps // 20 if warmup is None else warmup
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup: expected an int >= 0, got {warmup!r}")
+    return np.array([_lr_factor(step, steps, warmup) for step in range(steps)])
 
 
 def train_language_model(

@@ -18,7 +18,10 @@ Shape legend (the book's letters):
 * ``seq_len``   L, tokens per sequence (``q_len`` queries, ``k_len`` keys)
 * ``d_in``      input width of a single-head layer; ``d_out`` its d_k = d_v
 * ``d_model``   embedding width of multi-head attention
-* ``num_heads`` h; ``head_dim = d_model // num_heads`` = d_k = d_v per head
+* ``num_heads`` h
+* ``head_dim``  d_k = d_v, width of one head; ``d_model // num_heads`` unless
+  given explicitly (then ``d_model`` need not be divisible by ``num_heads``)
+* ``inner_dim`` ``num_heads * head_dim``, width of the concatenated heads
 * ``cached_len`` keys/values already held by a :class:`KVCache`
 
 Masks follow the book: bool, **True = may attend**, or an additive float
@@ -28,10 +31,11 @@ mask (0 keep, ``-inf`` block). NumPy bool masks (the default output of
 Bad input raises ``TypeError`` (not a torch tensor, non-float input, dtype
 different from the parameters, integer mask) or ``ValueError`` (wrong number
 of dims, last dimension not ``d_in``/``d_model``, ``num_heads`` not dividing
-``d_model``, key/value lengths or batches that differ, a mask that does not
-broadcast to the scores, a KV cache holding another batch size / head layout,
-NaN or inf in the inputs, dropout outside [0, 1)). Messages name the argument,
-the shape seen and the shape expected.
+``d_model`` when no ``head_dim`` is given, ``head_dim`` not positive, key/value
+lengths or batches that differ, a mask that does not broadcast to the scores,
+a KV cache holding another batch size / head layout, NaN or inf in the inputs,
+dropout outside [0, 1)). Messages name the argument, the shape seen and the
+shape expected.
 """
 
 from __future__ import annotations
@@ -160,7 +164,8 @@ def _fully_masked_rows(mask: Tensor) -> Tensor:
 
 
 def _attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Dropout, use_fused: bool
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Dropout, use_fused: bool,
+    need_weights: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention on ``q (..., q_len, d_k)``, ``k (..., k_len, d_k)``, ``v (..., k_len, d_v)``.
 
@@ -172,6 +177,10 @@ def _attend(
     Fused path: ``F.scaled_dot_product_attention`` with the same mask and
     ``dropout_p``; weights are ``None``. Rows with every key masked are set to
     zeros explicitly, as on the readable path.
+
+    ``need_weights=False`` without dropout: the readable path's own fused branch
+    (``scaled_dot_product_attention(..., need_weights=False)``), which never
+    forms the weights; weights are ``None``.
     """
     p = dropout.p if dropout.training else 0.0
     if use_fused:
@@ -179,6 +188,8 @@ def _attend(
         if mask is not None:
             context = context.masked_fill(_fully_masked_rows(mask), 0.0)  # (..., q_len, d_v)
         return context, None
+    if not need_weights and p == 0.0:
+        return scaled_dot_product_attention(q, k, v, mask, need_weights=False)
     # context (..., q_len, d_v), weights (..., q_len, k_len)
     context, weights = scaled_dot_product_attention(q, k, v, mask)
     if p > 0.0:
@@ -248,7 +259,7 @@ def merge_heads(x: Tensor) -> Tensor:
         )
     batch, num_heads, seq_len, head_dim = x.shape
     x = x.transpose(1, 2)  # (batch, seq_len, num_heads, head_dim)
-    return x.reshape(batch, seq_len, num_heads * head_dim)  # (batch, seq_len, d_model)
+    return x.reshape(batch, seq_len, num_heads * head_dim)  # (batch, seq_len, num_heads*head_dim)
 
 
 # ---------------------------------------------------------------- single head
@@ -478,29 +489,41 @@ class KVCache:
 # ---------------------------------------------------------------- multi-head
 @dataclass(frozen=True)
 class MultiHeadAttentionConfig:
-    """Settings of a :class:`MultiHeadAttention` layer (validated on creation)."""
+    """Settings of a :class:`MultiHeadAttention` layer (validated on creation).
+
+    ``head_dim`` left as ``None`` becomes ``d_model // num_heads`` (then
+    ``num_heads`` must divide ``d_model``); after creation it is always an int.
+    """
 
     d_model: int  # embedding width of queries, keys, values and the output
-    num_heads: int  # h, number of heads; must divide d_model
+    num_heads: int  # h, number of heads
     dropout: float = 0.0  # probability of dropping an attention weight (training only)
     bias: bool = True  # biases in W_Q, W_K, W_V and W_O (torch.nn.MultiheadAttention's default)
     causal: bool = False  # always apply a bottom-right aligned causal mask
     use_fused: bool = False  # use torch.nn.functional.scaled_dot_product_attention
+    head_dim: int | None = None  # d_k = d_v per head; None: d_model // num_heads
 
     def __post_init__(self) -> None:
         check_positive_int("d_model", self.d_model)
         check_positive_int("num_heads", self.num_heads)
-        if self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"num_heads: num_heads={self.num_heads} does not divide d_model={self.d_model}; "
-                f"head_dim = d_model / num_heads must be an integer"
-            )
+        if self.head_dim is None:
+            if self.d_model % self.num_heads != 0:
+                raise ValueError(
+                    f"num_heads: num_heads={self.num_heads} does not divide "
+                    f"d_model={self.d_model}; the default head_dim = d_model / num_heads "
+                    f"must be an integer (or pass head_dim explicitly)"
+                )
+            object.__setattr__(self, "head_dim", self.d_model // self.num_heads)
+        else:
+            check_positive_int("head_dim", self.head_dim)
+            object.__setattr__(self, "head_dim", int(self.head_dim))
         _check_dropout(self.dropout)
 
     @property
-    def head_dim(self) -> int:
-        """d_k = d_v = d_model // num_heads."""
-        return self.d_model // self.num_heads
+    def inner_dim(self) -> int:
+        """``num_heads * head_dim``: width of the projected queries, keys, values."""
+        assert self.head_dim is not None  # set in __post_init__
+        return self.num_heads * self.head_dim
 
 
 class MultiHeadAttention(nn.Module):
@@ -512,42 +535,54 @@ class MultiHeadAttention(nn.Module):
         C_j = softmax(Q_j K_jᵀ / sqrt(head_dim) + mask) V_j
         output = concat(C_1, ..., C_h) W_O                          (batch, q_len, d_model)
 
-    Same parameters and result as ``torch.nn.MultiheadAttention(d_model, num_heads,
-    bias=bias, batch_first=True)`` (see :meth:`from_torch`), but masks use the
-    book's convention (True = may attend).
+    ``W_Q, W_K, W_V`` have shape ``(d_model, inner_dim)`` and ``W_O`` has shape
+    ``(inner_dim, d_model)``, with ``inner_dim = num_heads * head_dim``. By
+    default ``head_dim = d_model // num_heads``, so ``inner_dim = d_model``: the
+    usual convention, not a requirement. Pass ``head_dim`` to choose another
+    head width; ``d_model`` then need not be divisible by ``num_heads``.
+
+    With the default ``head_dim``: same parameters and result as
+    ``torch.nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)``
+    (see :meth:`from_torch`), but masks use the book's convention (True = may attend).
 
     Args:
         d_model: embedding width, a positive int.
-        num_heads: h, a positive int dividing ``d_model``.
+        num_heads: h, a positive int; must divide ``d_model`` unless ``head_dim`` is given.
         dropout: probability in [0, 1) of dropping an attention weight in training.
         bias: biases in the four projections (default True).
         causal: if True, every call applies a causal mask aligned to the
             bottom-right corner, so new queries also see all cached keys.
         use_fused: use ``F.scaled_dot_product_attention`` (weights are then ``None``).
+        head_dim: d_k = d_v, width of each head, a positive int; default
+            ``None`` means ``d_model // num_heads``.
 
     Attributes:
-        w_q, w_k, w_v, w_o: ``nn.Linear(d_model, d_model)``; ``W_Q = w_q.weight.T``.
+        w_q, w_k, w_v: ``nn.Linear(d_model, inner_dim)``; ``W_Q = w_q.weight.T``.
+        w_o: ``nn.Linear(inner_dim, d_model)``; ``W_O = w_o.weight.T``.
 
     Raises:
-        ValueError: ``num_heads`` does not divide ``d_model`` (message names both),
-            dropout outside [0, 1). TypeError: non-int sizes.
+        ValueError: ``num_heads`` does not divide ``d_model`` and no ``head_dim``
+            is given (message names both), a size or ``head_dim`` <= 0, dropout
+            outside [0, 1). TypeError: non-int sizes.
     """
 
     def __init__(
         self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-        causal: bool = False, *, use_fused: bool = False,
+        causal: bool = False, *, use_fused: bool = False, head_dim: int | None = None,
     ) -> None:
         super().__init__()
         cfg = MultiHeadAttentionConfig(
             d_model=d_model, num_heads=num_heads, dropout=dropout, bias=bool(bias),
-            causal=bool(causal), use_fused=bool(use_fused),
+            causal=bool(causal), use_fused=bool(use_fused), head_dim=head_dim,
         )
+        assert cfg.head_dim is not None  # resolved by the config
         self.d_model, self.num_heads, self.head_dim = cfg.d_model, cfg.num_heads, cfg.head_dim
+        self.inner_dim = cfg.inner_dim  # num_heads * head_dim
         self.causal, self.use_fused = cfg.causal, cfg.use_fused
-        self.w_q = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.w_k = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.w_v = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.w_o = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.w_q = nn.Linear(cfg.d_model, cfg.inner_dim, bias=cfg.bias)
+        self.w_k = nn.Linear(cfg.d_model, cfg.inner_dim, bias=cfg.bias)
+        self.w_v = nn.Linear(cfg.d_model, cfg.inner_dim, bias=cfg.bias)
+        self.w_o = nn.Linear(cfg.inner_dim, cfg.d_model, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
     # -- configuration ---------------------------------------------------------
@@ -557,6 +592,7 @@ class MultiHeadAttention(nn.Module):
         return MultiHeadAttentionConfig(
             d_model=self.d_model, num_heads=self.num_heads, dropout=self.dropout.p,
             bias=self.w_q.bias is not None, causal=self.causal, use_fused=self.use_fused,
+            head_dim=self.head_dim,
         )
 
     @classmethod
@@ -567,7 +603,7 @@ class MultiHeadAttention(nn.Module):
                 f"config: expected a MultiHeadAttentionConfig, got {type(config).__name__}"
             )
         return cls(config.d_model, config.num_heads, config.dropout, config.bias,
-                   config.causal, use_fused=config.use_fused)
+                   config.causal, use_fused=config.use_fused, head_dim=config.head_dim)
 
     # -- interoperability with torch.nn.MultiheadAttention ------------------------
     @torch.no_grad()
@@ -584,7 +620,8 @@ class MultiHeadAttention(nn.Module):
         Args:
             module: ``nn.MultiheadAttention`` with ``embed_dim == d_model``, the
                 same ``num_heads``, the same use of biases, no ``kdim``/``vdim``
-                and no ``add_bias_kv``.
+                and no ``add_bias_kv``. This layer must use the default
+                ``head_dim = d_model // num_heads`` (torch has no other).
 
         Returns:
             ``self`` (parameters overwritten in place, dtype/device kept).
@@ -601,6 +638,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"module: expected embed_dim={self.d_model}, num_heads={self.num_heads}, got "
                 f"embed_dim={module.embed_dim}, num_heads={module.num_heads}"
+            )
+        if self.inner_dim != self.d_model:
+            raise ValueError(
+                f"module: torch.nn.MultiheadAttention always uses head_dim = embed_dim / "
+                f"num_heads = {module.head_dim}, but this layer has head_dim={self.head_dim} "
+                f"(num_heads * head_dim = {self.inner_dim}, d_model = {self.d_model})"
             )
         if not module._qkv_same_embed_dim:
             raise ValueError(
@@ -730,7 +773,7 @@ class MultiHeadAttention(nn.Module):
         if kv_cache is not None:
             self._check_cache(kv_cache, batch, query)
 
-        # 1. project, then split d_model into num_heads subspaces of head_dim
+        # 1. project to inner_dim = num_heads * head_dim, then split into num_heads subspaces
         q = split_heads(self.w_q(query), self.num_heads)  # (batch, num_heads, q_len, head_dim)
         k = split_heads(self.w_k(key), self.num_heads)  # (batch, num_heads, new_len, head_dim)
         v = split_heads(self.w_v(value), self.num_heads)  # (batch, num_heads, new_len, head_dim)
@@ -755,10 +798,10 @@ class MultiHeadAttention(nn.Module):
             mask = _add_causal(mask, q_len, k_len, q)  # bottom-right aligned
 
         # 3. attention in every head at once
-        context, weights = _attend(q, k, v, mask, self.dropout, self.use_fused)
+        context, weights = _attend(q, k, v, mask, self.dropout, self.use_fused, need_weights)
         # context: (batch, num_heads, q_len, head_dim); weights: (batch, num_heads, q_len, k_len)
 
-        # 4. concatenate the heads and mix them with W_O
+        # 4. concatenate the heads, (batch, q_len, inner_dim), and mix them with W_O
         output = self.w_o(merge_heads(context))  # (batch, q_len, d_model)
 
         if not need_weights or weights is None:

@@ -273,3 +273,172 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}"
+
+
+# ------------------------------------------------------ relative positions inside attention
+# RoPE and ALiBi do not add anything to the token embeddings. They act on the
+# attention scores, so that the score of query position i and key position j
+# depends on the offset j - i and not on i and j themselves.
+
+__all__ += ["alibi_bias", "alibi_slopes", "apply_rotary", "rotary_angles"]
+
+
+def rotary_angles(positions: Any, head_dim: int, base: float = 10000.0) -> np.ndarray:
+    """Rotation angles of RoPE: ``theta[p, i] = p * base^(-2i/head_dim)``.
+
+    Args:
+        positions: ``(L,)`` integer positions (list, NumPy or torch), or an int
+            ``L`` meaning ``0 .. L-1``.
+        head_dim: d_k, a positive even int (one angle per column pair).
+        base: wavelength base > 1, as in :func:`sinusoidal_encoding`.
+
+    Returns:
+        ``(L, head_dim // 2)`` float64 NumPy array.
+
+    Raises:
+        ValueError: bad ``positions``, odd ``head_dim``, ``base <= 1`` (TypeError for
+            a wrong type).
+    """
+    check_positive_int("head_dim", head_dim)
+    if head_dim % 2:
+        raise ValueError(f"head_dim: RoPE rotates column pairs, so head_dim must be even, "
+                         f"got head_dim={head_dim}")
+    _check_base(base)
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
+        check_positive_int("positions", positions)
+        pos = np.arange(int(positions), dtype=np.float64)
+    else:
+        pos = np.asarray(positions.detach().cpu() if isinstance(positions, torch.Tensor)
+                         else positions)
+        if pos.ndim != 1 or not np.issubdtype(pos.dtype, np.integer):
+            raise ValueError(
+                f"positions: expected an int L or a 1-D integer array (L,), got shape "
+                f"{shape_of(pos)} and dtype {pos.dtype}"
+            )
+        pos = pos.astype(np.float64)
+    return pos[:, None] * _frequencies(int(head_dim), base)[None, :]  # (L, head_dim // 2)
+
+
+def apply_rotary(x: Any, positions: Any = None, base: float = 10000.0) -> Any:
+    """Rotate each column pair ``(2i, 2i+1)`` of ``x`` by the angle ``p * base^(-2i/d_k)``.
+
+    This is RoPE (Su et al.). Applied to queries at position ``m`` and keys at
+    position ``n``, the score of the pair becomes ``q R_m · k R_n = q · k
+    R_{n-m}`` because rotations compose: it depends on the offset ``n - m``
+    only. The rotation of a pair ``[a, b]`` by ``t`` is ``[a cos t - b sin t,
+    a sin t + b cos t]`` (the same pairs and frequencies as
+    :func:`sinusoidal_encoding`). Norms are unchanged.
+
+    Args:
+        x: ``(..., L, head_dim)`` float NumPy array or torch tensor, head_dim even.
+        positions: ``(L,)`` integer positions of the rows; default ``0 .. L-1``.
+        base: wavelength base > 1.
+
+    Returns:
+        Same type, shape and dtype as ``x``.
+
+    Raises:
+        TypeError: ``x`` not a float array/tensor.
+        ValueError: odd ``head_dim``, ``positions`` not of length L.
+    """
+    check_floating("x", x)
+    if len(shape_of(x)) < 2:
+        raise ValueError(f"x: expected shape (..., L, head_dim), got shape {shape_of(x)}")
+    seq_len, head_dim = shape_of(x)[-2:]
+    if positions is None:
+        positions = seq_len
+    angles = rotary_angles(positions, head_dim, base)  # (L, head_dim // 2)
+    if angles.shape[0] != seq_len:
+        raise ValueError(
+            f"positions: expected {seq_len} positions (dimension -2 of x, shape "
+            f"{shape_of(x)}), got {angles.shape[0]}"
+        )
+    a, b = x[..., 0::2], x[..., 1::2]  # (..., L, head_dim // 2): the two columns of each pair
+    if isinstance(x, torch.Tensor):
+        cos = torch.from_numpy(np.cos(angles)).to(dtype=x.dtype, device=x.device)
+        sin = torch.from_numpy(np.sin(angles)).to(dtype=x.dtype, device=x.device)
+        out = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1)  # (..., L, d/2, 2)
+        return out.flatten(-2)  # (..., L, head_dim), pairs interleaved again
+    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    out = np.stack([a * cos - b * sin, a * sin + b * cos], axis=-1)  # (..., L, d/2, 2)
+    return out.reshape(shape_of(x))  # (..., L, head_dim)
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """The per-head slopes ``m`` of ALiBi (Press et al.).
+
+    For ``h`` a power of two the slopes are the geometric sequence
+    ``2^(-8/h), 2^(-16/h), ..., 2^(-8)``. Otherwise the paper takes the slopes
+    of the closest smaller power of two and adds every other slope of the next
+    one.
+
+    Args:
+        num_heads: h, a positive int.
+
+    Returns:
+        ``(num_heads,)`` float64 NumPy array, every slope in ``(0, 1)``.
+    """
+    check_positive_int("num_heads", num_heads)
+
+    def powers(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    n = int(num_heads)
+    closest = 2 ** int(np.floor(np.log2(n)))
+    slopes = powers(closest)
+    if closest < n:
+        slopes += powers(2 * closest)[0::2][: n - closest]
+    return np.array(slopes, dtype=np.float64)
+
+
+def alibi_bias(num_heads: int, q_len: int, k_len: int | None = None, *, like: Any = None) -> Any:
+    """ALiBi's additive score bias ``-m_h * |i - j|`` for every head, query and key.
+
+    The scores become ``S + bias``: a key ``|i - j|`` positions away loses
+    ``m_h * |i - j|``, so every head prefers nearby tokens, each with its own
+    slope. Queries are aligned to the **last** ``q_len`` key positions (query
+    ``t`` sits at position ``k_len - q_len + t``), as in cached decoding. In a
+    causal model the future part is masked anyway.
+
+    Args:
+        num_heads: h.
+        q_len: number of queries, a positive int.
+        k_len: number of keys, ``>= q_len``; default ``q_len``.
+        like: optional torch tensor fixing device and float dtype of the result.
+
+    Returns:
+        ``(num_heads, q_len, k_len)`` float64 NumPy array (a torch tensor with ``like``).
+
+    Raises:
+        ValueError: non-positive sizes or ``k_len < q_len``.
+    """
+    check_positive_int("q_len", q_len)
+    k_len = q_len if k_len is None else k_len
+    check_positive_int("k_len", k_len)
+    if k_len < q_len:
+        raise ValueError(f"k_len: expected k_len >= q_len = {q_len}, got {k_len}")
+    q_pos = np.arange(k_len - q_len, k_len)[:, None]  # (q_len, 1)
+    k_pos = np.arange(k_len)[None, :]  # (1, k_len)
+    distance = np.abs(q_pos - k_pos).astype(np.float64)  # (q_len, k_len)
+    bias = -alibi_slopes(num_heads)[:, None, None] * distance  # (h, q_len, k_len)
+    if isinstance(like, torch.Tensor):
+        dtype = like.dtype if like.is_floating_point() else torch.float64
+        return torch.from_numpy(bias).to(dtype=dtype, device=like.device)
+    return bias
+
+
+class NoPositionalEncoding(nn.Module):
+    """Add nothing: for models that place tokens inside attention (RoPE, ALiBi) or not at all.
+
+    Has the interface of :class:`LearnedPositionalEmbedding` (``forward(x,
+    offset)``), with no ``max_len`` limit.
+    """
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Return ``x`` unchanged (``(batch, seq_len, d_model)``)."""
+        check_floating("x", x)
+        return x
+
+
+__all__ += ["NoPositionalEncoding"]

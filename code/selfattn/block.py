@@ -1,0 +1,346 @@
+"""The transformer block: attention and an MLP around a residual stream.
+
+A block reads the **residual stream** ``x`` (one ``d_model`` vector per token)
+and adds to it what each sublayer computes; nothing is overwritten. With
+``norm_first=True`` (**pre-LN**, GPT-2 and most models since)::
+
+    x = x + Dropout(SelfAttention(LN1(x)))                  tokens read each other
+    x = x + Dropout(CrossAttention(LN_cross(x), memory))    only with cross_attention=True
+    x = x + Dropout(MLP(LN2(x)))                            each token on its own
+
+and with ``norm_first=False`` (**post-LN**, the original transformer) the
+LayerNorm comes after each addition: ``x = LN1(x + Dropout(SelfAttention(x)))``
+and so on. The MLP is ``Linear(d_model, d_ff) -> GELU or ReLU -> Linear(d_ff,
+d_model)``.
+
+With ``cross_attention=True`` the block is a decoder block of an
+encoder-decoder model: its second sublayer takes **queries from** ``x`` and
+**keys and values from** ``memory``, the encoder's output. ``causal=True``
+masks the future in the self-attention only; the memory is a different
+sequence, so the cross-attention is never causal, and a memory padding mask
+keeps queries away from the source's padding tokens.
+
+:meth:`TransformerBlock.from_torch` copies the parameters of a
+``torch.nn.TransformerEncoderLayer`` or ``torch.nn.TransformerDecoderLayer``
+(``batch_first=True``); the tests check that both then give the same outputs.
+
+Shape legend: ``batch`` sequences, ``L`` (seq_len) tokens of ``x``,
+``k_len`` tokens of ``memory``, ``d_model`` width.
+
+Bad input raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (bad
+settings, wrong shapes, ``memory`` missing for a cross-attention block or
+given to a block without one); messages name the argument, the shape seen and
+the shape expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from selfattn._checks import check_positive_int
+from selfattn.grouped import GroupedQueryAttention
+from selfattn.modules import KVCache, MultiHeadAttention, _check_dropout, _check_input
+
+__all__ = ["BlockConfig", "TransformerBlock"]
+
+_ACTIVATIONS = ("gelu", "relu")
+
+
+def _activation_name(act: Any) -> str | None:
+    """``"relu"``/``"gelu"`` for PyTorch's activation function or module, else None."""
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    return None
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """Settings of a :class:`TransformerBlock` (validated on creation)."""
+
+    d_model: int  # width of the residual stream: every token is a d_model vector
+    num_heads: int  # h, attention heads; head_dim = d_model // num_heads
+    d_ff: int | None = None  # hidden width of the MLP; None means 4 * d_model
+    dropout: float = 0.0  # drop probability on attention weights and on each sublayer's output
+    norm_first: bool = True  # True: pre-LN, x + f(LN(x)); False: post-LN, LN(x + f(x))
+    activation: str = "gelu"  # the MLP's nonlinearity: "gelu" (exact, erf) or "relu"
+    causal: bool = False  # self-attention looks back only (a decoder); memory is never masked so
+    cross_attention: bool = False  # add a sublayer attending from x to an encoder's memory
+    layer_norm_eps: float = 1e-5  # the epsilon of every LayerNorm (PyTorch's default)
+    num_kv_heads: int | None = None  # key/value heads of the self-attention; None: num_heads
+    positional: str | None = None  # position inside self-attention: None, "rope" or "alibi"
+
+    def __post_init__(self) -> None:
+        check_positive_int("d_model", self.d_model)
+        check_positive_int("num_heads", self.num_heads)
+        if self.d_ff is not None:
+            check_positive_int("d_ff", self.d_ff)
+        if self.d_model % self.num_heads != 0:
+            raise ValueError(
+                f"num_heads: num_heads={self.num_heads} does not divide d_model={self.d_model}"
+            )
+        _check_dropout(self.dropout)
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"activation: expected one of {_ACTIVATIONS}, got {self.activation!r}"
+            )
+        for name in ("norm_first", "causal", "cross_attention"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+        if not (isinstance(self.layer_norm_eps, float) and self.layer_norm_eps > 0):
+            raise ValueError(f"layer_norm_eps: expected a float > 0, got {self.layer_norm_eps!r}")
+        if self.num_kv_heads is not None:
+            check_positive_int("num_kv_heads", self.num_kv_heads)
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads: num_kv_heads={self.num_kv_heads} does not divide "
+                    f"num_heads={self.num_heads}"
+                )
+        if self.positional not in (None, "rope", "alibi"):
+            raise ValueError(
+                f"positional: expected None, 'rope' or 'alibi', got {self.positional!r}"
+            )
+
+    @property
+    def plain_attention(self) -> bool:
+        """True when the self-attention is ordinary multi-head attention (no GQA, RoPE, ALiBi)."""
+        return self.positional is None and self.num_kv_heads in (None, self.num_heads)
+
+    @property
+    def ff_dim(self) -> int:
+        """The MLP hidden width actually used (``d_ff`` or ``4 * d_model``)."""
+        return 4 * self.d_model if self.d_ff is None else self.d_ff
+
+
+class TransformerBlock(nn.Module):
+    """One transformer block on the residual stream (see the module docstring).
+
+    Args:
+        config: a :class:`BlockConfig`, or a model configuration with a
+            ``block_config()`` method returning one (such as
+            :class:`selfattn.language_model.LMConfig`, whose blocks are pre-LN,
+            GELU, causal or not).
+
+    Attributes:
+        ln1, attn: LayerNorm and :class:`~selfattn.modules.MultiHeadAttention`
+            of the self-attention sublayer (a
+            :class:`~selfattn.grouped.GroupedQueryAttention` when ``num_kv_heads``
+            or ``positional`` is set).
+        ln_cross, cross_attn: the cross-attention sublayer (only with
+            ``cross_attention=True``).
+        ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)``.
+        drop: dropout on each sublayer's output.
+
+    Raises:
+        TypeError: ``config`` is neither a :class:`BlockConfig` nor has ``block_config()``.
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        if not isinstance(config, BlockConfig):
+            to_block = getattr(config, "block_config", None)
+            if to_block is None:
+                raise TypeError(
+                    f"config: expected a BlockConfig (or an LMConfig), got {type(config).__name__}"
+                )
+            config = to_block()
+        self.config = config
+        d, eps = config.d_model, config.layer_norm_eps
+        # creation order fixes which random numbers each weight gets: keep it
+        self.ln1 = nn.LayerNorm(d, eps=eps)
+        self.attn: nn.Module
+        if config.plain_attention:
+            self.attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout,
+                                           causal=config.causal)
+        else:  # fewer key/value heads, or positions inside attention
+            self.attn = GroupedQueryAttention(
+                d, config.num_heads, config.num_kv_heads or config.num_heads,
+                dropout=config.dropout, causal=config.causal, positional=config.positional,
+            )
+        if config.cross_attention:
+            self.ln_cross = nn.LayerNorm(d, eps=eps)
+            self.cross_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout)
+        self.ln2 = nn.LayerNorm(d, eps=eps)
+        act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
+        self.mlp = nn.Sequential(nn.Linear(d, config.ff_dim), act, nn.Linear(config.ff_dim, d))
+        self.drop = nn.Dropout(config.dropout)
+
+    # -- the three sublayers, each returning what is added to the stream --------
+    def _self_attention(self, x: Tensor, mask: Any, kv_cache: KVCache | None) -> Tensor:
+        out, _ = self.attn(x, mask=mask, need_weights=False, kv_cache=kv_cache)
+        return self.drop(out)  # (batch, L, d_model)
+
+    def _cross_attention(self, x: Tensor, memory: Tensor, memory_mask: Any) -> Tensor:
+        # queries from x (batch, L, d_model); keys and values from memory (batch, k_len, d_model)
+        out, _ = self.cross_attn(x, memory, memory, mask=memory_mask, need_weights=False)
+        return self.drop(out)  # (batch, L, d_model)
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.mlp(x))  # (batch, L, d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        mask: Any = None,
+        memory_mask: Any = None,
+        kv_cache: KVCache | None = None,
+    ) -> Tensor:
+        """Run the block on the residual stream ``x``.
+
+        Args:
+            x: ``(batch, L, d_model)`` float tensor.
+            memory: ``(batch, k_len, d_model)``, the sequence the cross-attention
+                reads (required with ``cross_attention=True``, forbidden without).
+            mask: optional self-attention mask as in
+                :meth:`selfattn.modules.MultiHeadAttention.forward` (True = may
+                attend), e.g. ``key_padding_to_attention_mask(pad)``
+                ``(batch, 1, 1, L)``; ANDed with the causal mask.
+            memory_mask: optional cross-attention mask broadcastable to
+                ``(batch, num_heads, L, k_len)``, usually the source padding
+                ``key_padding_to_attention_mask(source_pad)`` ``(batch, 1, 1, k_len)``.
+            kv_cache: optional :class:`~selfattn.modules.KVCache` for the
+                self-attention (incremental decoding).
+
+        Returns:
+            ``(batch, L, d_model)``, the updated residual stream.
+
+        Raises:
+            TypeError: ``x``/``memory`` not float tensors of the parameters' dtype.
+            ValueError: wrong shapes, or ``memory`` missing / unexpected.
+        """
+        legend = "(batch, seq_len, d_model)"
+        _check_input("x", x, self.config.d_model, "d_model", legend, self.ln1.weight)
+        if self.config.cross_attention:
+            if memory is None:
+                raise ValueError(
+                    "memory: this block has cross_attention=True and needs the encoder's output "
+                    f"(batch, k_len, d_model={self.config.d_model}), got None"
+                )
+            _check_input("memory", memory, self.config.d_model, "d_model", legend,
+                         self.ln1.weight)
+        elif memory is not None or memory_mask is not None:
+            raise ValueError(
+                "memory: this block has no cross-attention sublayer (cross_attention=False); "
+                "build it with BlockConfig(cross_attention=True) to attend to a memory"
+            )
+        if self.config.norm_first:  # pre-LN: x + f(LN(x)); the stream itself is never normalised
+            x = x + self._self_attention(self.ln1(x), mask, kv_cache)
+            if self.config.cross_attention:
+                x = x + self._cross_attention(self.ln_cross(x), memory, memory_mask)
+            return x + self._feed_forward(self.ln2(x))  # (batch, L, d_model)
+        # post-LN: LN(x + f(x)); every sublayer's output passes through a LayerNorm
+        x = self.ln1(x + self._self_attention(x, mask, kv_cache))
+        if self.config.cross_attention:
+            x = self.ln_cross(x + self._cross_attention(x, memory, memory_mask))
+        return self.ln2(x + self._feed_forward(x))  # (batch, L, d_model)
+
+    # -- interoperability with torch.nn.TransformerEncoderLayer / DecoderLayer --
+    def copy_from_torch(
+        self, layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
+    ) -> TransformerBlock:
+        """Copy the parameters of a PyTorch encoder or decoder layer into this block.
+
+        The names map as follows: ``self_attn -> attn``, ``multihead_attn ->
+        cross_attn``, ``linear1 -> mlp[0]``, ``linear2 -> mlp[2]``; for an
+        encoder layer ``norm1 -> ln1`` and ``norm2 -> ln2``; for a decoder layer
+        ``norm1 -> ln1``, ``norm2 -> ln_cross`` and ``norm3 -> ln2``.
+
+        Args:
+            layer: ``nn.TransformerEncoderLayer`` (for a block without
+                cross-attention) or ``nn.TransformerDecoderLayer`` (with it), of
+                the same width, heads, MLP width, ``norm_first`` and activation.
+
+        Returns:
+            ``self``, parameters overwritten in place.
+
+        Raises:
+            TypeError: ``layer`` is neither layer type.
+            ValueError: any setting differs (the message names it).
+        """
+        decoder = isinstance(layer, nn.TransformerDecoderLayer)
+        if not (decoder or isinstance(layer, nn.TransformerEncoderLayer)):
+            raise TypeError(
+                "layer: expected torch.nn.TransformerEncoderLayer or TransformerDecoderLayer, "
+                f"got {type(layer).__name__}"
+            )
+        cfg = self.config
+        if not cfg.plain_attention:
+            raise ValueError(
+                "layer: PyTorch's layers have plain multi-head attention; this block has "
+                f"num_kv_heads={cfg.num_kv_heads}, positional={cfg.positional!r}"
+            )
+        act_name = _activation_name(layer.activation) or repr(layer.activation)
+        seen = {
+            "cross_attention": decoder,
+            "d_model": layer.linear1.in_features,
+            "num_heads": layer.self_attn.num_heads,
+            "d_ff": layer.linear1.out_features,
+            "norm_first": layer.norm_first,
+            "activation": act_name,
+        }
+        want = {"cross_attention": cfg.cross_attention, "d_model": cfg.d_model,
+                "num_heads": cfg.num_heads, "d_ff": cfg.ff_dim, "norm_first": cfg.norm_first,
+                "activation": cfg.activation}
+        for name, value in seen.items():
+            if value != want[name]:
+                raise ValueError(
+                    f"layer: its {name} is {value!r} but this block has {name}={want[name]!r}"
+                )
+        self.attn.copy_from_torch(layer.self_attn)
+        norms = [(layer.norm1, self.ln1), (layer.norm2, self.ln2)]
+        if decoder:
+            self.cross_attn.copy_from_torch(layer.multihead_attn)
+            norms = [(layer.norm1, self.ln1), (layer.norm2, self.ln_cross),
+                     (layer.norm3, self.ln2)]
+        self.mlp[0].load_state_dict(layer.linear1.state_dict())
+        self.mlp[2].load_state_dict(layer.linear2.state_dict())
+        for theirs, ours in norms:
+            ours.load_state_dict(theirs.state_dict())
+        return self
+
+    @classmethod
+    def from_torch(
+        cls, layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer, *, causal: bool = False
+    ) -> TransformerBlock:
+        """A new block with the settings and a copy of the parameters of ``layer``.
+
+        ``causal`` must be given here: PyTorch passes causality per call
+        (``src_mask``/``tgt_mask``, ``is_causal``). Dropout is taken from
+        ``layer.dropout.p``; dtype and device follow ``layer``.
+        """
+        if not isinstance(layer, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
+            raise TypeError(
+                "layer: expected torch.nn.TransformerEncoderLayer or TransformerDecoderLayer, "
+                f"got {type(layer).__name__}"
+            )
+        activation = _activation_name(layer.activation)
+        if activation is None:
+            raise ValueError(
+                f"layer: activation {layer.activation!r} is not supported (expected relu or gelu)"
+            )
+        config = BlockConfig(
+            d_model=layer.linear1.in_features,
+            num_heads=layer.self_attn.num_heads,
+            d_ff=layer.linear1.out_features,
+            dropout=float(layer.dropout.p),
+            norm_first=bool(layer.norm_first),
+            activation=activation,
+            causal=bool(causal),
+            cross_attention=isinstance(layer, nn.TransformerDecoderLayer),
+            layer_norm_eps=float(layer.norm1.eps),
+        )
+        block = cls(config).to(dtype=layer.linear1.weight.dtype, device=layer.linear1.weight.device)
+        return block.copy_from_torch(layer)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"norm_first={c.norm_first}, activation={c.activation!r}, causal={c.causal}, "
+                f"cross_attention={c.cross_attention}")

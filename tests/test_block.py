@@ -1,0 +1,187 @@
+"""TransformerBlock: parity with PyTorch's encoder/decoder layers, TinyLM unchanged, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from selfattn.block import BlockConfig, TransformerBlock
+from selfattn.language_model import LMConfig, TinyLM
+from selfattn.masks import key_padding_to_attention_mask, padding_mask
+from selfattn.modules import KVCache
+
+D, H, FF = 16, 4, 24
+
+
+def _encoder(norm_first: bool, activation: str, dtype=torch.float64) -> nn.TransformerEncoderLayer:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(D, H, dim_feedforward=FF, dropout=0.1,
+                                       activation=activation, batch_first=True,
+                                       norm_first=norm_first)
+    with torch.no_grad():  # non-trivial LayerNorm parameters, so a mix-up of norms shows
+        for p in layer.parameters():
+            if p.ndim == 1:
+                p.add_(0.3 * torch.randn_like(p))
+    return layer.to(dtype).eval()
+
+
+def _decoder(norm_first: bool, activation: str, dtype=torch.float64) -> nn.TransformerDecoderLayer:
+    torch.manual_seed(1)
+    layer = nn.TransformerDecoderLayer(D, H, dim_feedforward=FF, dropout=0.1,
+                                       activation=activation, batch_first=True,
+                                       norm_first=norm_first)
+    with torch.no_grad():
+        for p in layer.parameters():
+            if p.ndim == 1:
+                p.add_(0.3 * torch.randn_like(p))
+    return layer.to(dtype).eval()
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_encoder_layer_parity(norm_first: bool, activation: str, causal: bool) -> None:
+    layer = _encoder(norm_first, activation)
+    block = TransformerBlock.from_torch(layer, causal=causal).eval()
+    assert block.config.norm_first is norm_first and block.config.activation == activation
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 7, D, generator=g, dtype=torch.float64)
+    pad = padding_mask([7, 5, 3], 7, like=x)  # (3, 7) True = real token
+    src_mask = torch.ones(7, 7, dtype=torch.bool).triu(1)  # torch: True = blocked
+    ref = layer(x, src_mask=src_mask if causal else None, src_key_padding_mask=~pad,
+                is_causal=causal)
+    ours = block(x, mask=key_padding_to_attention_mask(pad))
+    assert torch.allclose(ours, ref, atol=1e-6, rtol=0)
+    # without any mask too, and in float32 to 1e-5
+    layer32 = _encoder(norm_first, activation, torch.float32)
+    block32 = TransformerBlock.from_torch(layer32).eval()
+    x32 = x.float()
+    assert torch.allclose(block32(x32), layer32(x32), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_decoder_layer_parity(norm_first: bool, activation: str) -> None:
+    layer = _decoder(norm_first, activation)
+    block = TransformerBlock.from_torch(layer, causal=True).eval()
+    assert block.config.cross_attention
+    g = torch.Generator().manual_seed(3)
+    tgt = torch.randn(2, 5, D, generator=g, dtype=torch.float64)  # 5 target tokens
+    memory = torch.randn(2, 9, D, generator=g, dtype=torch.float64)  # 9 source tokens
+    src_pad = padding_mask([9, 6], 9, like=memory)  # (2, 9)
+    tgt_mask = nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.float64)
+    ref = layer(tgt, memory, tgt_mask=tgt_mask, tgt_is_causal=True,
+                memory_key_padding_mask=~src_pad)
+    ours = block(tgt, memory, memory_mask=key_padding_to_attention_mask(src_pad))
+    assert ours.shape == (2, 5, D)
+    assert torch.allclose(ours, ref, atol=1e-6, rtol=0)
+    # the source padding matters: changing padded memory rows changes nothing
+    memory2 = memory.clone()
+    memory2[1, 6:] = 100.0
+    ours2 = block(tgt, memory2, memory_mask=key_padding_to_attention_mask(src_pad))
+    assert torch.allclose(ours, ours2, atol=1e-12)
+    # ... but without the mask it does
+    assert not torch.allclose(block(tgt, memory), block(tgt, memory2))
+
+
+def test_block_without_copy_differs() -> None:
+    """The parity test can fail: a fresh block does not match the torch layer."""
+    layer = _encoder(True, "gelu")
+    fresh = TransformerBlock(BlockConfig(D, H, d_ff=FF)).double().eval()
+    x = torch.randn(2, 4, D, dtype=torch.float64)
+    assert not torch.allclose(fresh(x), layer(x), atol=1e-3)
+
+
+def test_post_ln_output_is_normalised_pre_ln_is_not() -> None:
+    x = 3.0 + 5.0 * torch.randn(2, 6, D, dtype=torch.float64)
+    post = TransformerBlock(BlockConfig(D, H, norm_first=False)).double()
+    pre = TransformerBlock(BlockConfig(D, H, norm_first=True)).double()
+    y = post(x)  # LayerNorm (weight 1, bias 0 at init) is the last operation
+    assert torch.allclose(y.mean(-1), torch.zeros(2, 6, dtype=torch.float64), atol=1e-10)
+    assert torch.allclose(y.var(-1, unbiased=False), torch.ones(2, 6, dtype=torch.float64),
+                          atol=1e-3)
+    assert pre(x).mean(-1).abs().min() > 0.5  # the stream keeps its offset of 3
+
+
+def test_causal_block_kv_cache_equals_full() -> None:
+    torch.manual_seed(0)
+    block = TransformerBlock(BlockConfig(D, H, causal=True)).double().eval()
+    x = torch.randn(2, 6, D, dtype=torch.float64)
+    full = block(x)
+    cache = KVCache()
+    steps = [block(x[:, t : t + 1], kv_cache=cache) for t in range(6)]
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-12)
+    # causal: changing a later token leaves earlier outputs unchanged
+    x2 = x.clone()
+    x2[:, 4:] += 1.0
+    assert torch.allclose(block(x2)[:, :4], full[:, :4], atol=1e-12)
+
+
+# reference logits of TinyLM saved before TransformerBlock moved into selfattn.block
+_REF = {
+    "learned": (
+        LMConfig(vocab_size=16, seq_len=12, d_model=32, num_heads=2, num_layers=2),
+        [-0.45573949813842773, -0.03806938976049423, 0.8217848539352417, -0.34510472416877747],
+        [1.3597831726074219, -0.2639106512069702, 0.9238356351852417],
+        26.576261904090643, 169.54027711600065, 38,
+    ),
+    "sinusoidal": (
+        LMConfig(vocab_size=11, seq_len=9, d_model=24, num_heads=3, num_layers=3, d_ff=40,
+                 positional="sinusoidal", dropout=0.1),
+        [0.4411073625087738, -0.7112752199172974, -0.31502121686935425, 0.322989821434021],
+        [-0.1340409815311432, 0.12760880589485168, -0.12025858461856842],
+        -19.58352101407945, 97.0262740533799, 53,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_REF))
+def test_tinylm_logits_unchanged(name: str) -> None:
+    cfg, first, last, total, abs_total, n_keys = _REF[name]
+    torch.manual_seed(1234)
+    model = TinyLM(cfg).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len),
+                        generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        logits = model(idx).double().numpy()
+    np.testing.assert_allclose(logits[0, 0, :4], first, atol=1e-6)
+    np.testing.assert_allclose(logits[1, -1, -3:], last, atol=1e-6)
+    assert abs(logits.sum() - total) < 1e-4 and abs(np.abs(logits).sum() - abs_total) < 1e-4
+    keys = list(model.state_dict())
+    assert len(keys) == n_keys
+    assert "blocks.0.mlp.2.weight" in keys and "blocks.0.ln1.weight" in keys
+    assert isinstance(model.blocks[0], TransformerBlock)
+    assert model.blocks[0].config == cfg.block_config()
+
+
+def test_config_and_input_errors() -> None:
+    with pytest.raises(ValueError, match="num_heads"):
+        BlockConfig(10, 3)
+    with pytest.raises(ValueError, match="activation"):
+        BlockConfig(8, 2, activation="tanh")
+    with pytest.raises(ValueError, match="dropout"):
+        BlockConfig(8, 2, dropout=1.0)
+    with pytest.raises(TypeError, match="norm_first"):
+        BlockConfig(8, 2, norm_first=1)
+    with pytest.raises(TypeError, match="config"):
+        TransformerBlock({"d_model": 8})
+    block = TransformerBlock(BlockConfig(8, 2))
+    with pytest.raises(ValueError, match=r"last dimension 8.*\(2, 3, 5\)"):
+        block(torch.randn(2, 3, 5))
+    with pytest.raises(ValueError, match="cross_attention=False"):
+        block(torch.randn(2, 3, 8), torch.randn(2, 4, 8))
+    dec = TransformerBlock(BlockConfig(8, 2, cross_attention=True))
+    with pytest.raises(ValueError, match="memory.*None"):
+        dec(torch.randn(2, 3, 8))
+    with pytest.raises(ValueError, match="memory"):
+        dec(torch.randn(2, 3, 8), torch.randn(2, 4, 6))
+    with pytest.raises(ValueError, match="norm_first"):
+        TransformerBlock(BlockConfig(D, H, d_ff=FF, norm_first=False)).copy_from_torch(
+            _encoder(True, "gelu", torch.float32))
+    with pytest.raises(ValueError, match="cross_attention"):
+        TransformerBlock(BlockConfig(D, H, d_ff=FF)).copy_from_torch(
+            _decoder(True, "gelu", torch.float32))
+    with pytest.raises(TypeError, match="layer"):
+        TransformerBlock.from_torch(nn.Linear(2, 2))

@@ -1,0 +1,42 @@
+"""learning_rate_schedule: the warm-up and cosine that train_language_model uses."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from selfattn.language_model import LMConfig, TinyLM, learning_rate_schedule, train_language_model
+
+
+def test_schedule_shape_values() -> None:
+    f = learning_rate_schedule(100, warmup=10)
+    assert f.shape == (100,)
+    np.testing.assert_allclose(f[:10], np.arange(1, 11) / 10)  # linear warm-up to 1
+    assert np.all(np.diff(f[10:]) <= 1e-15)  # then never increases
+    assert math.isclose(f[10], 1.0) and f[-1] > 0.1 and math.isclose(f[-1], 0.1, abs_tol=1e-3)
+    assert learning_rate_schedule(40).tolist()[:2] == [0.5, 1.0]  # default warmup = 40 // 20
+
+
+def test_schedule_is_what_training_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[float] = []
+    original = torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):  # record the lr of every step
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    model = TinyLM(LMConfig(vocab_size=5, seq_len=4, d_model=8, num_heads=2, num_layers=1))
+    tokens = np.arange(50) % 5
+    train_language_model(model, tokens, steps=12, batch_size=2, lr=0.5, warmup=3)
+    np.testing.assert_allclose(seen, 0.5 * learning_rate_schedule(12, warmup=3))
+
+
+def test_schedule_errors() -> None:
+    with pytest.raises(ValueError, match="warmup"):
+        learning_rate_schedule(10, warmup=-1)
+    with pytest.raises((TypeError, ValueError), match="steps"):
+        learning_rate_schedule(0)

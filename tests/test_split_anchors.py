@@ -1,0 +1,123 @@
+"""Old links into the two chapters that were split in two still land on their section.
+
+Chapter 4 ("the whys") became 04-whys (scaling and softmax) and
+04b-subspaces-positions; chapter 5 ("causal attention") became 05-causal
+(masks and padding) and 05b-kv-cache. The old pages keep their URLs. Every
+anchor they had before the split must still resolve: either the old page still
+has it, or the old page's redirect script sends it to the new page, which has
+it. ``OLD_ANCHORS`` lists the anchors of the last build before the split
+(numbered citation ids such as ``id1`` left out: they are renumbered by every
+edit and nobody links to them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sitetools import (
+    CHROMIUM_ARGS,
+    HTML,
+    PREFIX,
+    chromium_path,
+    require_built_site,
+    serve,
+    under_ci,
+)
+
+OLD_ANCHORS: dict[str, list[str]] = {
+    "04-whys": [
+        "ch4-whys", "the-whys-scaling-softmax-subspaces-and-positions", "ch4-why-scale",
+        "why-scale-by-1-sqrt-d-k", "why-scale-by-", "the-variance-of-a-dot-product",
+        "measuring-it", "fig-ch4-variance", "large-scores-saturate-the-softmax",
+        "fig-ch4-saturation", "a-saturated-softmax-has-almost-no-gradient", "fig-ch4-jacobian",
+        "what-it-does-to-learning", "fig-ch4-training", "ch4-dmodel-bug",
+        "the-classic-bug-sqrt-d-text-model-instead-of-sqrt-d-k", "the-classic-bug--instead-of-",
+        "fig-ch4-dmodel-bug", "ch4-why-softmax", "why-softmax", "dividing-by-the-sum",
+        "hard-attention-take-the-argmax", "ch4-temperature",
+        "temperature-between-argmax-and-uniform", "fig-ch4-temperature",
+        "the-properties-that-matter-checked", "ch4-why-subspaces", "why-project-into-subspaces",
+        "what-one-pair-w-q-w-k-can-express", "what-one-pair--can-express", "ch4-rank-two-head",
+        "a-previous-token-head-with-d-k-2", "a-previous-token-head-with-",
+        "two-relations-one-head-or-two", "fig-ch4-two-relations", "ch4-why-positions",
+        "why-positional-encoding", "attention-cannot-see-order", "the-sinusoidal-encoding",
+        "fig-ch4-sinusoidal", "with-positions-order-matters", "summary", "exercises",
+        "copy-this",
+    ],
+    "05-causal": [
+        "ch5-causal", "causal-masked-attention", "ch5-why",
+        "why-a-decoder-must-not-see-the-future", "ch5-mask-matrix", "the-mask-as-a-matrix",
+        "fig-ch5-mask", "ch5-two-ways", "two-ways-to-apply-the-mask", "ch5-float16",
+        "infty-a-very-negative-number-and-float16", "-a-very-negative-number-and-float16",
+        "ch5-last-token", "the-last-token-sees-everything", "ch5-future",
+        "changing-the-future-leaves-the-past-alone", "ch5-dropout",
+        "dropout-on-the-attention-weights", "ch5-padding", "batches-with-padding",
+        "fig-ch5-padding", "ch5-kv-cache", "generating-token-by-token-the-kv-cache",
+        "what-the-cache-saves-counted", "fig-ch5-kv-cost", "ch5-generation",
+        "generating-text-from-a-tiny-model", "ch5-summary", "summary", "ch5-exercises",
+        "exercises", "ch5-copy-this", "copy-this",
+    ],
+}
+NEW_PAGES = {"04-whys": "04b-subspaces-positions", "05-causal": "05b-kv-cache"}
+CASES = [(page, anchor) for page, anchors in OLD_ANCHORS.items() for anchor in anchors]
+
+
+def _ids(page: str) -> set[str]:
+    html = (HTML / "chapters" / f"{page}.html").read_text(encoding="utf-8")
+    return set(re.findall(r'\sid="([^"]+)"', html))
+
+
+def _redirects(page: str) -> dict[str, str]:
+    """The ``moved`` map of the page's redirect script: anchor -> page.html."""
+    html = (HTML / "chapters" / f"{page}.html").read_text(encoding="utf-8")
+    found = re.search(r"var moved = (\{.*?\});", html)
+    return json.loads(found.group(1)) if found else {}
+
+
+@pytest.mark.parametrize(("page", "anchor"), CASES, ids=[f"{p}#{a}" for p, a in CASES])
+def test_old_anchor_still_resolves(page: str, anchor: str) -> None:
+    require_built_site()
+    if anchor in _ids(page):
+        assert anchor not in _redirects(page), f"{page}#{anchor} is both kept and redirected"
+        return
+    moved = _redirects(page)
+    assert anchor in moved, f"{page}.html#{anchor}: gone from the page and not redirected"
+    target = Path(moved[anchor]).stem
+    assert target == NEW_PAGES[page], f"{page}#{anchor} redirects to {moved[anchor]}"
+    assert anchor in _ids(target), f"{page}#{anchor} redirects to {target}.html, which lacks it"
+
+
+def test_split_pages_are_in_the_toctree_in_reading_order() -> None:
+    require_built_site()
+    index = (HTML / "index.html").read_text(encoding="utf-8")
+    order = [index.find(f'href="chapters/{p}.html"') for p in
+             ("04-whys", "04b-subspaces-positions", "05-causal", "05b-kv-cache", "06-perplexity")]
+    assert -1 not in order, f"a split chapter is missing from the table of contents: {order}"
+    assert order == sorted(order), "the split chapters are out of reading order"
+
+
+@pytest.mark.browser
+def test_old_link_lands_on_the_moved_section() -> None:
+    """In a browser: the old URL of a moved section ends on the new page at that section."""
+    require_built_site()
+    playwright_sync = pytest.importorskip("playwright.sync_api")
+    chromium = chromium_path()
+    if chromium is None:
+        if under_ci():
+            raise AssertionError("Chromium is required under CI")
+        pytest.skip("no Chromium")
+    with serve(HTML, PREFIX) as base, playwright_sync.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            for old, new in (("04-whys", "04b-subspaces-positions"), ("05-causal", "05b-kv-cache")):
+                anchor = next(a for a, target in _redirects(old).items()
+                              if Path(target).stem == new)
+                page.goto(f"{base}/chapters/{old}.html#{anchor}")
+                page.wait_for_url(f"**/chapters/{new}.html#{anchor}", timeout=10_000)
+                assert page.locator(f'[id="{anchor}"]').count() == 1
+        finally:
+            browser.close()
