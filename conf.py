@@ -52,7 +52,8 @@ html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark
 # (pydata-sphinx-theme#2451, sphinx-book-theme#988); see _static/sidebar-toggles.js.
 html_js_files = [("sidebar-toggles.js", {"defer": "defer"}),
                  ("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off edge of wide boxes
-                 ("figures.js", {"defer": "defer"})]  # figure text >= 9.5 px on phones
+                 ("figures.js", {"defer": "defer"}),  # figure text >= 9.5 px on phones
+                 ("a11y.js", {"defer": "defer"})]  # accessible names match visible text
 
 # --- strictness -----------------------------------------------------------
 nitpicky = True
@@ -179,3 +180,13 @@ latex_elements = {
     "figure_align": "H",
     "printindex": r"\footnotesize\raggedright\printindex",
 }
+
+# --- copy buttons ---------------------------------------------------------
+# `>>>` examples (the API page) copy as runnable code: prompts stripped, output lines
+# left out. Pygments marks prompts .gp and outputs .go; the regex covers blocks it
+# did not mark. A block without prompts (a chapter cell) copies whole.
+copybutton_exclude = ".linenos, .gp, .go"
+copybutton_prompt_text = r">>> |\.\.\. |\$ |In \[\d*\]: | {2,5}\.\.\.: "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = True
+copybutton_remove_prompts = True

@@ -23,6 +23,8 @@
     box.classList.toggle("sa-scrollable", scrollable);
     box.classList.toggle("sa-more-left", scrollable && box.scrollLeft > 1);
     box.classList.toggle("sa-more-right", scrollable && box.scrollLeft < hidden - 1);
+    // a keyboard can scroll it too (axe: scrollable-region-focusable)
+    if (scrollable && !box.hasAttribute("tabindex")) box.tabIndex = 0;
   }
 
   function markAll() {

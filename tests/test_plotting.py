@@ -109,7 +109,7 @@ def test_matrix_table_html_has_every_value_and_label_in_order() -> None:
     t = matrix_table(m, ["Money", "Bank"], ["Money", "Bank", "Grows"], digits=3, title="S")
     cells = _parse(t._repr_html_()).cells
     expected = [
-        ("th", ""), ("th", "Money"), ("th", "Bank"), ("th", "Grows"),
+        ("td", ""), ("th", "Money"), ("th", "Bank"), ("th", "Grows"),
         ("th", "Money"), ("td", "0.140"), ("td", "0.320"), ("td", "0.500"),
         ("th", "Bank"), ("td", "0.320"), ("td", "0.770"), ("td", "1.220"),
     ]
@@ -130,10 +130,11 @@ def test_matrix_table_html_cells_equal_formatted_values(m: np.ndarray, digits: i
     cols = [f"c{j}" for j in range(m.shape[1])]
     t = matrix_table(m, rows, cols, digits=digits)
     cells = _parse(t._repr_html_()).cells
-    tds = [text for tag, text in cells if tag == "td"]
+    assert cells[0] == ("td", "")  # the empty corner is a data cell, never an empty header
+    tds = [text for tag, text in cells[1:] if tag == "td"]
     assert tds == [format_number(v, digits) for v in m.ravel()]
     ths = [text for tag, text in cells if tag == "th"]
-    assert ths == ["", *cols, *rows]
+    assert ths == [*cols, *rows] and "" not in ths
     # the text version shows the same numbers in the same order
     body = repr(t).splitlines()[1:]
     assert [tok for line in body for tok in line.split()[1:]] == tds

@@ -274,7 +274,8 @@ class MatrixTable:
         if self.col_labels is not None:
             header = "".join(f'<th scope="col" style="{head_style}">{html.escape(c)}</th>'
                              for c in self.col_labels)
-            corner = f'<th style="{head_style}"></th>' if self.row_labels is not None else ""
+            # the corner above the row labels heads nothing: a data cell, not an empty header
+            corner = f'<td style="{head_style}"></td>' if self.row_labels is not None else ""
             parts.append(f'<thead><tr style="border-bottom:1px solid currentColor">'
                          f'{corner}{header}</tr></thead>')
         parts.append("<tbody>")
