@@ -131,7 +131,8 @@ def _sphinx_build(
     (KaTeX's Node server) can neither keep the test waiting on a pipe nor
     outlive it.
     """
-    cmd = [str(VENV_BIN / "sphinx-build"), *opts, "-b", "html", ".", "_build/html"]
+    # -N: no colour codes, whatever the environment says (FORCE_COLOR under CI)
+    cmd = [str(VENV_BIN / "sphinx-build"), "-N", *opts, "-b", "html", ".", "_build/html"]
     out, err = tmp / "_sphinx.out", tmp / "_sphinx.err"
     with out.open("w") as fout, err.open("w") as ferr:
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=fout, stderr=ferr,
