@@ -110,7 +110,8 @@ pdf: $(STAMP) $(NODE_STAMP) latex-deps
 # their own small builds and kernels; the browser tests read the site built above).
 test: html pdf browser-deps
 	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
-	$(VENV)/bin/pytest -n auto
+	$(VENV)/bin/pytest -n auto -m "not timing"
+	$(VENV)/bin/pytest -m timing
 
 # Package tests only: no book build, no browser.
 test-fast: $(STAMP)

@@ -338,6 +338,7 @@ def test_404_page(browser: object, site: str) -> None:
         context.close()
 
 
+@pytest.mark.timing  # a time budget means nothing while other tests share the cores
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_page_budget(browser: object, site: str, rel: str) -> None:
     context = browser.new_context()
