@@ -242,7 +242,7 @@ def attention_toggle_spec(
                          f"{raw.shape}), got {len(tokens)}")
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
         raise ValueError(f"head_dim: expected a positive int, got {head_dim!r}")
-    names = head_names or [f"head {h}" for h in range(num_heads)]
+    names = [f"head {h}" for h in range(num_heads)] if head_names is None else list(head_names)
     if len(names) != num_heads:
         raise ValueError(f"head_names: expected {num_heads} names, got {len(names)}")
     labels = [f"{i} {t}" for i, t in enumerate(tokens)]  # unique even when a word repeats
