@@ -39,7 +39,8 @@
       actions: false,
       renderer: "svg",
       theme: dark ? "dark" : undefined,
-      config: { background: null },
+      // the page's background shows through; text marks follow the theme's text colour
+      config: { background: null, text: { color: dark ? "#e8e8e8" : "#222222" } },
     });
     el.vegaView = result.view;
     el.vegaSpec = result.vgSpec;
