@@ -34,6 +34,11 @@
     if (el.vegaView) el.vegaView.finalize();
     const box = el.querySelector(".selfattn-vega-chart");
     box.innerHTML = "";
+    // the chart is as wide as its box now ("fit-x"); a ResizeObserver redraws it when the
+    // box changes width (sidebars, rotation), so it never overflows the column
+    const width = Math.floor(el.getBoundingClientRect().width);
+    if (spec.width === "container" && width > 0) spec.width = width;
+    el.drawnWidth = width;
     const result = await vegaEmbed(box, spec, {
       mode: "vega-lite",
       actions: false,
@@ -48,19 +53,37 @@
     el.classList.add("selfattn-vega-ready");
   }
 
+  // one render at a time per figure: a theme switch or resize during a render waits for it
+  function schedule(el) {
+    el.selfattnQueue = (el.selfattnQueue || Promise.resolve())
+      .then(() => render(el))
+      .catch((err) => console.error("interactive figure failed:", err));
+  }
+
   function renderAll() {
     document.querySelectorAll("div.selfattn-vega").forEach((el) => {
-      render(el).catch((err) => console.error("interactive figure failed:", err));
+      schedule(el);
     });
   }
+
+  const resized = new ResizeObserver((entries) => {
+    entries.forEach((entry) => {
+      const el = entry.target;
+      const width = Math.floor(el.getBoundingClientRect().width);
+      if (el.vegaView && width > 0 && Math.abs(width - el.drawnWidth) > 1) {
+        schedule(el);
+      }
+    });
+  });
 
   function setup() {
     if (typeof vegaEmbed === "undefined") return;  // fallback stays visible
     renderAll();
+    document.querySelectorAll("div.selfattn-vega").forEach((el) => resized.observe(el));
     new MutationObserver(() => {
       document.querySelectorAll("div.selfattn-vega.selfattn-vega-ready").forEach((el) => {
         if (el.dataset.theme !== (isDark() ? "dark" : "light")) {
-          render(el).catch((err) => console.error("interactive figure failed:", err));
+          schedule(el);
         }
       });
     }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-theme"] });
