@@ -5,7 +5,7 @@
 #   make serve   live-reloading preview on http://127.0.0.1:8000
 #   make clean   remove the build (keeps .venv)
 #   make diagrams  redraw the SVG diagrams in images/ (commit the result)
-#   make clean-cache  remove only the chapters' execution cache (they re-execute)
+#   make clean-cache  remove the chapters' execution cache: the next build executes them all
 #   make lint    ruff over code, tests and tooling
 #   make pdf     the whole book as one PDF (LaTeX builder + XeLaTeX), also copied into the site
 
@@ -50,9 +50,23 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-html: $(STAMP) $(NODE_STAMP)
+# Every file the book is built from (not the tests, CI files or caches), and git's index
+# (the pages show each file's last commit). Sphinx runs only when one of them is newer
+# than the last successful build: a no-op `make html` starts no Python at all.
+BOOK_INPUTS := $(shell find . \( -name .git -o -name .venv -o -name node_modules \
+	-o -name _build -o -name tests -o -name .ci -o -name .github -o -name __pycache__ \
+	-o -name '.*_cache' -o -name .hypothesis -o -name '* *' \) -prune -o -type f -print)
+GIT_INDEX := $(wildcard $(shell git rev-parse --git-path index 2>/dev/null | grep -v ' '))
+
+html: $(BUILD)/.html-built
+	@if [ -e $(BUILD)/.html-fresh ]; then rm -f $(BUILD)/.html-fresh; \
+	  echo "Built: $(BUILD)/html/index.html"; \
+	else echo "Up to date: $(BUILD)/html/index.html (no input changed since the last build;" \
+	  "chapter execution times in $(BUILD)/exec-times.json)"; fi
+
+$(BUILD)/.html-built: $(STAMP) $(NODE_STAMP) $(BOOK_INPUTS) $(GIT_INDEX)
 	$(VENV)/bin/sphinx-build $(SPHINXOPTS) -b html . $(BUILD)/html
-	@echo "Built: $(BUILD)/html/index.html"
+	@touch $@ $(BUILD)/.html-fresh
 
 # Chromium for the browser tests comes from Debian. Under CI it is installed
 # when missing, never skipped.
@@ -92,9 +106,11 @@ pdf: $(STAMP) $(NODE_STAMP) latex-deps
 	cp $(BUILD)/pdf/$(PDF_NAME) $(BUILD)/html/$(PDF_NAME)
 	@echo "Built: $(BUILD)/pdf/$(PDF_NAME) ($$(pdfinfo $(BUILD)/pdf/$(PDF_NAME) 2>/dev/null | sed -n 's/^Pages: *//p') pages), copied into $(BUILD)/html"
 
+# -n auto: the tests run in one pytest-xdist worker per core (the build tests start
+# their own small builds and kernels; the browser tests read the site built above).
 test: html pdf browser-deps
 	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n auto
 
 # Package tests only: no book build, no browser.
 test-fast: $(STAMP)
@@ -117,5 +133,6 @@ lock: $(STAMP)
 clean:
 	rm -rf $(BUILD) .pytest_cache
 
+# The execution cache and Sphinx's environment: the next `make html` executes every chapter.
 clean-cache:
-	rm -rf $(BUILD)/.jupyter_cache
+	rm -rf $(BUILD)/.jupyter_cache $(BUILD)/html/.doctrees $(BUILD)/.html-built

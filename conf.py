@@ -52,6 +52,7 @@ html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark
 # The visible sidebar toggles forward their clicks to the ones the themes bind
 # (pydata-sphinx-theme#2451, sphinx-book-theme#988); see _static/sidebar-toggles.js.
 html_js_files = [("sidebar-toggles.js", {"defer": "defer"}),
+                 ("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off edge of wide boxes
                  ("figures.js", {"defer": "defer"})]  # figure text >= 9.5 px on phones
 
 # --- strictness -----------------------------------------------------------
@@ -94,6 +95,21 @@ bibtex_reference_style = "author_year"
 # --- autodoc --------------------------------------------------------------
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+# Signatures name their arrays `Array` (NumPy array or torch tensor): show that name,
+# linked to its definition, instead of the expanded union.
+autodoc_type_aliases = {"Array": "selfattn.array_types.Array"}
+
+
+def _alias_repr_workaround() -> None:
+    """Sphinx 9.0 renders an alias nested in a union or a tuple (``Array | None``,
+    ``tuple[Array, Array]``) as ``TypeAliasForwardRef('...')``, a broken reference.
+    Its repr is what ends up in the text: make it the alias's target name."""
+    from sphinx.util.inspect import TypeAliasForwardRef
+
+    TypeAliasForwardRef.__repr__ = lambda self: self.name  # type: ignore[method-assign]
+
+
+_alias_repr_workaround()
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
@@ -141,6 +157,7 @@ latex_documents = [
 # sees the site's front page (its sections would become chapters).
 if tags.has("pdf"):  # noqa: F821  (Sphinx injects `tags` into conf.py)
     root_doc = "_pdf/book"
+    extensions.append("pdf_book")  # fills _pdf/book.md's toctrees from index.md
     exclude_patterns += ["index.md", "404.md"]
 else:
     exclude_patterns.append("_pdf")

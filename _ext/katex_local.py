@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import socket
+import time
 from pathlib import Path
+from subprocess import PIPE, Popen
 
 import sphinxcontrib.katex as sphinx_katex
 from sphinx.application import Sphinx
@@ -73,7 +76,39 @@ def _stop_server(app: Sphinx, exception: Exception | None) -> None:
     server.terminate()
 
 
+# sphinxcontrib-katex starts a Node server, waits until its unix socket file
+# exists and connects once. The file exists from bind(); connections are only
+# accepted after listen(). On a loaded machine the gap is long enough to fail
+# the whole build with ConnectionRefusedError (seen with both cores busy). This
+# start-up retries the connection until the (longer) timeout instead.
+STARTUP_TIMEOUT = 60.0  # s; the Node process may start slowly on a busy machine
+
+
+def _start_server_process(cls: type, rundir: Path, timeout: float) -> tuple[Popen, socket.socket]:
+    socket_path = rundir / "katex.sock"
+    process = Popen(cls.build_command(socket=socket_path), stdin=PIPE, stdout=PIPE, cwd=rundir)
+    deadline = time.monotonic() + max(timeout, STARTUP_TIMEOUT)
+    while True:
+        if process.poll() is not None:
+            raise ExtensionError(f"the KaTeX server exited at start-up (code {process.returncode})")
+        if socket_path.is_socket():
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(max(deadline - time.monotonic(), 0.1))
+                sock.connect(str(socket_path))
+                sock.settimeout(None)
+                return process, sock
+            except ConnectionRefusedError:  # bound but not listening yet
+                sock.close()
+        if time.monotonic() > deadline:
+            process.kill()
+            raise cls.timeout_error(max(timeout, STARTUP_TIMEOUT))
+        time.sleep(0.01)
+
+
 def setup(app: Sphinx) -> dict:
+    sphinx_katex.KaTeXServer.start_server_process = classmethod(_start_server_process)
+    sphinx_katex.RENDER_TIMEOUT = 60.0  # s per formula (default 5): a busy CI machine is slow
     if "sphinxcontrib.katex" not in app.extensions:
         raise ExtensionError("katex_local needs sphinxcontrib.katex listed before it")
     app.add_config_value("katex_local_dist", "node_modules/katex/dist", "env")

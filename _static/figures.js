@@ -42,7 +42,10 @@
   }
 
   function setup() {
-    document.querySelectorAll(".cell_output img[src$='.svg']").forEach(fit);
+    const figures = Array.from(document.querySelectorAll(".cell_output img[src$='.svg']"));
+    Promise.all(figures.map(fit)).then(() => {
+      if (window.selfattnScrollHints) window.selfattnScrollHints();  // scroll-hints.js
+    });
   }
   if (document.readyState !== "loading") setup();
   else document.addEventListener("DOMContentLoaded", setup);

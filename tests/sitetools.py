@@ -9,7 +9,6 @@ import io
 import os
 import re
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +57,20 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
     GZIP_TYPES = (".html", ".js", ".css", ".json", ".svg", ".txt", ".ipynb", ".inv")
 
+    def __init__(self, *args: object, prefix: str = "/", **kwargs: object) -> None:
+        self.prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+        super().__init__(*args, **kwargs)
+
+    def translate_path(self, path: str) -> str:
+        """Map ``<prefix>/x`` to ``<directory>/x``; anything else to a path that is not there."""
+        if path.split("?", 1)[0].split("#", 1)[0] + "/" == self.prefix:
+            path = "/"  # the prefix without its trailing slash: its index page
+        elif path.startswith(self.prefix):
+            path = "/" + path[len(self.prefix):]
+        else:
+            return str(Path(self.directory) / "__outside_the_site_prefix__")
+        return super().translate_path(path)
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
 
@@ -78,13 +91,12 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @contextmanager
 def serve(directory: Path, prefix: str = "/") -> Iterator[str]:
     """Serve ``directory`` on 127.0.0.1 (a free port) under ``prefix`` and yield the base URL
-    (without a trailing slash), as GitHub Pages serves a project site under /<repo>/."""
-    root = directory
-    if prefix.strip("/"):
-        tmp = Path(tempfile.mkdtemp(prefix="site-"))
-        (tmp / prefix.strip("/")).symlink_to(directory.resolve(), target_is_directory=True)
-        root = tmp
-    handler = functools.partial(_QuietHandler, directory=str(root))
+    (without a trailing slash), as GitHub Pages serves a project site under /<repo>/.
+
+    Paths outside ``prefix`` are 404. Nothing is written to disk, and the socket is
+    closed when the block ends, also when it ends with an exception.
+    """
+    handler = functools.partial(_QuietHandler, directory=str(directory), prefix=prefix)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -93,6 +105,7 @@ def serve(directory: Path, prefix: str = "/") -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+        thread.join(timeout=10)
 
 
 CHROMIUM_ARGS = [
@@ -129,3 +142,27 @@ def code_cells(markdown: str) -> list[tuple[list[str], str]]:
         tags = [str(t) for t in options.get("tags", []) or []]
         cells.append((tags, "\n".join(lines).strip("\n")))
     return cells
+
+
+def processes_with_env(marker: str) -> list[str]:
+    """``pid cmdline`` of every live process whose environment contains ``marker``.
+
+    Children inherit the environment (also across ``setsid``, which Playwright uses to
+    start Chromium in a process group of its own), so a unique variable set for one
+    command finds every process that command left behind, and nothing else.
+    """
+    found = []
+    needle = marker.encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle not in (proc / "environ").read_bytes():
+                continue
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # gone already, or not ours to read
+            continue
+        if state != "Z":  # a zombie is already dead; its parent just has not reaped it
+            found.append(f"{proc.name} {cmd.strip()}")
+    return found

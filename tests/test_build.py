@@ -190,8 +190,9 @@ def test_real_book_cache_is_keyed_on_the_package() -> None:
     )
 
 
-def _math_book(tmp: Path, formula: str) -> subprocess.CompletedProcess:
-    """A one-page book with one formula, built with the real book's KaTeX set-up."""
+def _math_book(tmp: Path, formula: str, build: bool = True) -> subprocess.CompletedProcess | None:
+    """A one-page book with one formula, built (if ``build``) with the real book's KaTeX
+    set-up."""
     shutil.copytree(ROOT / "_ext", tmp / "_ext", dirs_exist_ok=True)
     (tmp / "conf.py").write_text(textwrap.dedent(f"""
         import sys
@@ -204,7 +205,7 @@ def _math_book(tmp: Path, formula: str) -> subprocess.CompletedProcess:
         exclude_patterns = ["_build", "_ext"]
     """))
     (tmp / "index.md").write_text(f"# Probe\n\nThe formula ${formula}$ ends here.\n")
-    return _sphinx_build(tmp)
+    return _sphinx_build(tmp) if build else None
 
 
 def test_math_is_typeset_at_build_time_with_local_katex(tmp_path: Path) -> None:
@@ -335,3 +336,40 @@ def test_failing_cell_is_reported_in_one_screen(tmp_path: Path, jobs: str):
     (tmp_path / "pkg" / "probe_pkg.py").write_text("def answer():\n    return 42\n")
     assert _answer(_build_mini(tmp_path, ("-W", "-q", "-j", jobs))) == "42"
     assert not (tmp_path / "_build" / "exec-errors" / "index.log").exists()
+
+
+def test_prose_edit_re_renders_one_page_without_executing(tmp_path: Path) -> None:
+    """Editing a sentence of one chapter re-reads that chapter only, from the execution
+    cache: nothing executes. (jupyter-cache keys a notebook on its code cells.)"""
+    import json
+
+    _mini_book(tmp_path, 41)
+    (tmp_path / "second.md").write_text(_FRONT_MATTER + textwrap.dedent("""\
+        # Second
+
+        ```{code-cell} ipython3
+        print("second page", 6 * 7)
+        ```
+
+        Some prose.
+    """))
+    index = tmp_path / "index.md"
+    index.write_text(index.read_text() + "\n```{toctree}\nsecond\n```\n")
+    opts = ("-W", "-j", "2")
+    first = _build_mini_result(tmp_path, opts)
+    assert first.returncode == 0, first.stderr[-3000:]
+    times = json.loads((tmp_path / "_build" / "exec-times.json").read_text())["chapters"]
+    assert {d: c["executed_now"] for d, c in times.items()} == {"index": True, "second": True}
+    # the same times, printed at the end of the build
+    assert "Chapter execution times" in first.stdout
+    assert re.search(r"\n  second +[0-9.]+ \*\n", first.stdout), first.stdout[-1500:]
+    second = tmp_path / "second.md"
+    second.write_text(second.read_text().replace("Some prose.", "Some edited prose."))
+    result = _build_mini_result(tmp_path, opts)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "0 added, 1 changed, 0 removed" in result.stdout, result.stdout
+    assert "Executing notebook" not in result.stdout + result.stderr
+    assert "second.md: Using cached notebook" in result.stdout
+    times = json.loads((tmp_path / "_build" / "exec-times.json").read_text())["chapters"]
+    assert not any(c["executed_now"] for c in times.values()), times
+    assert "Some edited prose." in (tmp_path / "_build" / "html" / "second.html").read_text()

@@ -137,6 +137,8 @@ def test_each_placed_diagram_has_alt_text_and_both_variants() -> None:
         assert ":figclass:" in options and "only-" in options, f"{stem}: no only-light/dark class"
         if stem.endswith("-dark"):
             assert "only-dark" in options
+            # without it the theme puts a light background behind the image in dark mode
+            assert ":class: dark-light" in options, f"{stem}: add `:class: dark-light`"
         else:
             assert "only-light" in options
     assert {s for s in stems if s.endswith("-dark")} == {f"{s}-dark" for s in diagrams.DIAGRAMS}

@@ -233,6 +233,11 @@ def test_dark_mode_text_math_and_figures_readable(browser: object, site: str, re
         for corner in ((0, 0), (w - 1, 0), (0, h - 1), (w - 1, h - 1)):
             r, g, b, a = img.getpixel(corner)
             assert a == 255 and min(r, g, b) >= 235, f"{src}: figure corner not opaque light"
+    # SVG figures: the first shape is the figure's background, an opaque white rectangle.
+    for src in re.findall(r'<img[^>]+src="([^"]*_images/[^"]+\.svg)"', page_html):
+        svg = ((HTML / rel).parent / src).read_text(encoding="utf-8")
+        patch = re.search(r'<g id="patch_1">\s*<path[^>]*style="fill: (#[0-9a-f]{6})', svg)
+        assert patch and patch.group(1) == "#ffffff", f"{src}: no opaque white background"
 
 
 # --- search -----------------------------------------------------------------------
@@ -535,3 +540,200 @@ def test_api_page_names_the_array_type_instead_of_any() -> None:
         link = soup.find(id=function_id).find_parent("dl").find(
             "a", href=re.compile(r"#selfattn\.array_types\.Array$"))
         assert link is not None, f"{function_id}: Array does not link to its definition"
+
+
+# --- phones: scroll hints, dark matrix tables ---------------------------------------
+
+SCROLL_BOXES_JS = """
+() => Array.from(document.querySelectorAll(
+    'div.highlight pre, div.cell_output pre, .selfattn-matrix, div.math, .selfattn-figure-scroll'
+  )).filter(box => box.scrollWidth > box.clientWidth + 1 && box.offsetParent !== null)
+  .map(box => {
+    box.scrollLeft = 0;
+    box.dispatchEvent(new Event('scroll'));
+    const cs = getComputedStyle(box);
+    return {what: box.className.toString().slice(0, 40) || box.tagName,
+            text: (box.innerText || '').slice(0, 40),
+            mask: cs.maskImage || cs.webkitMaskImage || 'none',
+            overflowX: cs.overflowX};
+  })
+"""
+
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES)
+def test_boxes_that_scroll_sideways_show_a_hint_on_a_phone(
+    browser: object, site: str, rel: str
+) -> None:
+    """Every box with content hidden to the right fades that edge out (a CSS mask)."""
+    context, page = open_page(browser, site, rel, viewport={"width": 390, "height": 844})
+    try:
+        page.wait_for_timeout(400)
+        boxes = page.evaluate(SCROLL_BOXES_JS)
+        assert boxes, f"{rel}: nothing scrolls sideways at 390 px (test would prove nothing)"
+        no_hint = [b for b in boxes if "gradient" not in b["mask"]]
+        cut = [b for b in boxes if b["overflowX"] not in ("auto", "scroll")]
+        assert cut == [], f"{rel}: boxes cut off without scrolling: {cut[:3]}"
+        assert no_hint == [], f"{rel}: {len(no_hint)} of {len(boxes)} scrolling boxes have " \
+                              f"no hint: {no_hint[:3]}"
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("rel", CHAPTER_PAGES)
+def test_matrix_tables_follow_dark_mode(browser: object, site: str, rel: str) -> None:
+    context, page = open_page(browser, site, rel, color_scheme="dark",
+                              viewport={"width": 1280, "height": 900})
+    try:
+        tables = page.evaluate("""() => Array.from(document.querySelectorAll(
+            '.selfattn-matrix td')).slice(0, 400).map(td => {
+          let el = td, bg = 'rgba(0, 0, 0, 0)';
+          while (el && (bg === 'rgba(0, 0, 0, 0)' || bg === 'transparent')) {
+            bg = getComputedStyle(el).backgroundColor; el = el.parentElement;
+          }
+          return {bg, color: getComputedStyle(td).color};
+        })""")
+        if not tables:
+            pytest.skip(f"{rel} prints no matrix table")
+        light = [t for t in tables if luminance(t["bg"]) > 0.4 or luminance(t["color"]) < 0.6]
+        assert light == [], f"{rel}: {len(light)} matrix cells drawn light-on-dark-text: " \
+                            f"{light[:2]}"
+    finally:
+        context.close()
+
+
+# --- copying snippets: API examples ---------------------------------------------------
+
+def run_like_a_repl(code: str, namespace: dict) -> str:
+    """Run ``code`` statement by statement as the interactive prompt does (an
+    expression's value is printed) and return what it printed."""
+    import ast
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for stmt in ast.parse(code).body:
+            exec(compile(ast.Interactive([stmt]), "<copied>", "single"), namespace)  # noqa: S102
+    return out.getvalue()
+
+
+def test_api_examples_copy_as_runnable_code(browser: object, site: str) -> None:
+    """The copy button of every `>>>` example on the API page puts only the code on
+    the clipboard; run in its module's namespace (as doctest does), it prints exactly
+    the output the page shows."""
+    import importlib
+
+    context, page = open_page(browser, site, "api.html",
+                              permissions=["clipboard-read", "clipboard-write"])
+    try:
+        blocks = page.locator("div.doctest")
+        assert blocks.count() >= 8, f"expected the API's examples, found {blocks.count()}"
+        for i in range(blocks.count()):
+            block = blocks.nth(i)
+            shown = block.locator("pre").inner_text()
+            module = block.evaluate(
+                "b => { const dl = b.closest('dl.py'); return dl.querySelector('dt.sig').id; }"
+            )
+            while module.count(".") > 1:  # selfattn.masks.causal_mask -> selfattn.masks
+                module = module.rsplit(".", 1)[0]
+            block.scroll_into_view_if_needed()
+            block.hover()
+            block.locator("button.copybtn").click()
+            copied = page.evaluate("navigator.clipboard.readText()")
+            assert ">>>" not in copied and "..." not in copied.replace("...,", ""), copied
+            expected = "\n".join(
+                line for line in shown.splitlines()
+                if line.strip() and not line.startswith((">>> ", "... "))
+            )
+            namespace = dict(vars(importlib.import_module(module)))
+            printed = run_like_a_repl(copied, namespace)
+            norm = lambda s: " ".join(s.split())  # noqa: E731
+            assert norm(printed) == norm(expected), (
+                f"example {i} ({module}): copied\n{copied}\nprinted\n{printed}\n"
+                f"page shows\n{expected}"
+            )
+    finally:
+        context.close()
+
+
+# --- keyboard focus and axe ---------------------------------------------------------
+
+FOCUS_TARGETS = {
+    "launch menu": ".bd-header-article button.dropdown-toggle[aria-label*='Launch']",
+    "source menu": ".bd-header-article button.dropdown-toggle[aria-label*='Source']",
+    "download menu": ".bd-header-article button.dropdown-toggle[aria-label*='Download']",
+    "sidebar toggle": ".bd-header-article button.primary-toggle",
+    "search field": ".bd-sidebar-primary .search-button-field",
+}
+RING_JS = """
+el => { const cs = getComputedStyle(el);
+  return {outline: cs.outlineStyle, width: parseFloat(cs.outlineWidth) || 0,
+          shadow: cs.boxShadow, focused: document.activeElement === el}; }
+"""
+
+
+def ring_visible(style: dict) -> bool:
+    outline = style["outline"] != "none" and style["width"] >= 2
+    shadow = style["shadow"] not in ("none", "") and not re.fullmatch(
+        r"(rgba?\([^)]*\)\s*)?(0px\s*){3,4}", style["shadow"].strip())
+    return outline or shadow
+
+
+@pytest.mark.parametrize("target", list(FOCUS_TARGETS))
+def test_keyboard_focus_is_visible(browser: object, site: str, target: str) -> None:
+    context, page = open_page(browser, site, CHAPTER_PAGES[1],
+                              viewport={"width": 1280, "height": 900})
+    try:
+        el = page.locator(FOCUS_TARGETS[target]).first
+        assert el.is_visible(), f"{target} not visible"
+        page.keyboard.press("Shift")  # keyboard modality: focus() then shows :focus-visible
+        el.focus()
+        style = el.evaluate(RING_JS)
+        assert style["focused"], f"{target} cannot take focus"
+        assert ring_visible(style), f"{target}: no visible focus ring {style}"
+    finally:
+        context.close()
+
+
+def test_search_input_focus_is_visible(browser: object, site: str) -> None:
+    context, page = open_page(browser, site, "search.html",
+                              viewport={"width": 1280, "height": 900})
+    try:
+        field = page.locator("article input[type=search], main input[name=q]").first
+        page.keyboard.press("Shift")
+        field.focus()
+        style = field.evaluate(RING_JS)
+        assert style["focused"] and ring_visible(style), f"search input: {style}"
+    finally:
+        context.close()
+
+
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+AXE_RUN_JS = """
+async () => {
+  const r = await axe.run(document, {resultTypes: ['violations']});
+  return r.violations.filter(v => ['serious', 'critical'].includes(v.impact)).map(v => ({
+    id: v.id, impact: v.impact, count: v.nodes.length,
+    targets: v.nodes.slice(0, 3).map(n => n.target.join(' ')),
+  }));
+}
+"""
+AXE_COUNTS: dict[str, int] = {}
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("rel", ALL_PAGES)
+def test_axe_finds_no_serious_or_critical_violations(
+    browser: object, site: str, rel: str, scheme: str
+) -> None:
+    """axe-core (npm, injected from node_modules: nothing loaded from another host)."""
+    assert AXE.is_file(), "axe-core missing: `make html` runs npm ci"
+    context, page = open_page(browser, site, rel, color_scheme=scheme)
+    try:
+        page.add_script_tag(path=str(AXE))
+        violations = page.evaluate(AXE_RUN_JS)
+        AXE_COUNTS[f"{rel} {scheme}"] = sum(v["count"] for v in violations)
+        (ROOT / "_build" / "axe-counts.json").write_text(json.dumps(AXE_COUNTS, indent=1))
+        assert violations == [], f"{rel} ({scheme}): {json.dumps(violations, indent=1)}"
+    finally:
+        context.close()

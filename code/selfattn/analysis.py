@@ -30,8 +30,8 @@ def attention_maps(model: TinyLM, idx: Tensor) -> np.ndarray:
     """Attention weights of every head of every block of ``model`` on ``idx``.
 
     Runs the forward pass of :class:`~selfattn.language_model.TinyLM` in eval
-    mode, asking each block's
-    self-attention for its per-head weights; the final logits are not needed.
+    mode, asking each block's self-attention for its per-head weights; the
+    final logits are not needed.
 
     Args:
         model: a :class:`~selfattn.language_model.TinyLM`.

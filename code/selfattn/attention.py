@@ -64,6 +64,7 @@ from selfattn._checks import (
     is_tensor,
     shape_of,
 )
+from selfattn.array_types import Array
 from selfattn.softmax import _check_float, softmax
 
 try:
@@ -228,7 +229,7 @@ def _check_overflow(result: Any, scores_shape: tuple[int, ...], names: str) -> N
 
 
 # ---------------------------------------------------------------- public API
-def simple_self_attention(x: Any) -> tuple[Any, Any]:
+def simple_self_attention(x: Array) -> tuple[Array, Array]:
     """Self-attention with no parameters (the book's chapter 1).
 
     Every token is its own query, key and value::
@@ -258,7 +259,7 @@ def simple_self_attention(x: Any) -> tuple[Any, Any]:
     return context, weights
 
 
-def attention_scores(query: Any, key: Any, *, scale: float | None = None) -> Any:
+def attention_scores(query: Array, key: Array, *, scale: float | None = None) -> Array:
     """Attention scores ``S = Q Kᵀ · scale`` (before the mask and softmax).
 
     Args:
@@ -281,14 +282,14 @@ def attention_scores(query: Any, key: Any, *, scale: float | None = None) -> Any
 
 
 def scaled_dot_product_attention(
-    query: Any,
-    key: Any,
-    value: Any,
-    mask: Any = None,
+    query: Array,
+    key: Array,
+    value: Array,
+    mask: Array | None = None,
     *,
     scale: float | None = None,
     need_weights: bool = True,
-) -> tuple[Any, Any]:
+) -> tuple[Array, Array | None]:
     """Scaled dot-product attention, ``C = softmax(Q Kᵀ · scale + mask) V``.
 
     Args:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from selfattn._checks import check_array, check_ndim, check_positive_int, is_tensor, shape_of
+from selfattn.array_types import Array
 
 try:
     import torch
@@ -72,7 +73,7 @@ def _check_bool(name: str, mask: Any) -> None:
         )
 
 
-def causal_mask(q_len: int, k_len: int | None = None, *, like: Any = None) -> Any:
+def causal_mask(q_len: int, k_len: int | None = None, *, like: Array | None = None) -> Array:
     """Causal (look-back-only) mask, aligned to the bottom-right corner.
 
     Query ``i`` may attend key ``j`` iff ``j <= i + (k_len - q_len)``. With
@@ -115,8 +116,8 @@ def causal_mask(q_len: int, k_len: int | None = None, *, like: Any = None) -> An
 
 
 def padding_mask(
-    lengths: Sequence[int] | Any, seq_len: int | None = None, *, like: Any = None
-) -> Any:
+    lengths: Sequence[int] | Array, seq_len: int | None = None, *, like: Array | None = None
+) -> Array:
     """Mask of real (non-padding) tokens in a right-padded batch.
 
     Args:
@@ -182,7 +183,7 @@ def padding_mask(
     return _to_backend(mask, like)
 
 
-def key_padding_to_attention_mask(pad: Any, *, with_heads: bool = True) -> Any:
+def key_padding_to_attention_mask(pad: Array, *, with_heads: bool = True) -> Array:
     """Turn a ``(batch, seq_len)`` key padding mask into a broadcastable attention mask.
 
     Padding is masked along the **keys**: no query attends to a padding token.
@@ -213,7 +214,7 @@ def key_padding_to_attention_mask(pad: Any, *, with_heads: bool = True) -> Any:
     return pad[:, None, :]  # (batch, 1, seq_len)
 
 
-def combine_masks(*masks: Any) -> Any:
+def combine_masks(*masks: Array) -> Array:
     """Combine boolean masks with logical AND (attend only where *all* allow).
 
     ``None`` entries mean "no mask" and are skipped. Masks broadcast against
@@ -261,7 +262,7 @@ def combine_masks(*masks: Any) -> Any:
     return out
 
 
-def to_blocked_mask(mask: Any) -> Any:
+def to_blocked_mask(mask: Array) -> Array:
     """Flip a may-attend mask into ``torch.nn.MultiheadAttention``'s convention.
 
     Args:
@@ -279,7 +280,7 @@ def to_blocked_mask(mask: Any) -> Any:
     return ~mask
 
 
-def to_additive_mask(mask: Any, dtype: Any = np.float32) -> Any:
+def to_additive_mask(mask: Array, dtype: Any = np.float32) -> Array:
     """Turn a bool may-attend mask into an additive float mask.
 
     Adding the result to the scores leaves allowed entries unchanged and sends

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from selfattn._checks import check_finite, check_positive_int, is_tensor, shape_of
+from selfattn.array_types import Array
 from selfattn.attention import scaled_dot_product_attention
 from selfattn.masks import (
     causal_mask,
@@ -303,7 +304,7 @@ class SelfAttention(nn.Module):
         v = self.w_v(x)  # (batch, seq_len, d_out) = X W_V
         return q, k, v, unbatched
 
-    def forward(self, x: Tensor, mask: Any = None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: Array | None = None) -> tuple[Tensor, Tensor | None]:
         """Attend every token to every token.
 
         Args:
@@ -360,7 +361,7 @@ class CausalSelfAttention(SelfAttention):
         super().__init__(d_in, d_out, bias=bias, use_fused=use_fused)
         self.dropout = nn.Dropout(_check_dropout(dropout))
 
-    def forward(self, x: Tensor, padding_mask: Any = None) -> tuple[Tensor, Tensor | None]:  # type: ignore[override]
+    def forward(self, x: Tensor, padding_mask: Array | None = None) -> tuple[Tensor, Tensor | None]:  # type: ignore[override]
         """Causal attention over ``x``.
 
         Args:
@@ -707,7 +708,7 @@ class MultiHeadAttention(nn.Module):
         query: Tensor,
         key: Tensor | None = None,
         value: Tensor | None = None,
-        mask: Any = None,
+        mask: Array | None = None,
         *,
         need_weights: bool = True,
         average_weights: bool = True,

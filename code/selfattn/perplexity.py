@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from selfattn._checks import check_array, check_floating, check_nonempty, is_tensor, shape_of
+from selfattn.array_types import Array
 from selfattn.softmax import log_softmax
 
 try:
@@ -140,7 +141,7 @@ def _validate(logits: Any, targets: Any, ignore_index: int) -> None:
         )
 
 
-def token_nll(logits: Any, targets: Any, ignore_index: int = -100) -> tuple[Any, Any]:
+def token_nll(logits: Array, targets: Array, ignore_index: int = -100) -> tuple[Array, Array]:
     """Per-position negative log-likelihood ``-log p(target)`` in nats.
 
     Args:
@@ -195,8 +196,8 @@ def _finish(x: Any) -> Any:
 
 
 def negative_log_likelihood(
-    logits: Any, targets: Any, ignore_index: int = -100, reduction: str = "token"
-) -> Any:
+    logits: Array, targets: Array, ignore_index: int = -100, reduction: str = "token"
+) -> Array:
     """Mean negative log-likelihood (cross-entropy) in nats per token.
 
     Args:
@@ -222,8 +223,8 @@ def negative_log_likelihood(
 
 
 def perplexity(
-    logits: Any, targets: Any, ignore_index: int = -100, reduction: str = "token"
-) -> Any:
+    logits: Array, targets: Array, ignore_index: int = -100, reduction: str = "token"
+) -> Array:
     """Perplexity ``exp(mean NLL)`` of next-token predictions.
 
     Args:
@@ -260,8 +261,8 @@ def perplexity(
 
 
 def bits_per_token(
-    logits: Any, targets: Any, ignore_index: int = -100, reduction: str = "token"
-) -> Any:
+    logits: Array, targets: Array, ignore_index: int = -100, reduction: str = "token"
+) -> Array:
     """Mean NLL in bits: ``negative_log_likelihood(...) / ln 2``.
 
     ``2 ** bits_per_token == perplexity`` for ``reduction="token"``. Arguments,

@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from selfattn.array_types import Array
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -309,7 +311,7 @@ class MatrixTable:
 
 
 def matrix_table(
-    matrix: Any,
+    matrix: Array | Sequence[Any],
     row_labels: Sequence[str] | None = None,
     col_labels: Sequence[str] | None = None,
     digits: int = 3,
@@ -418,7 +420,7 @@ def _draw_heatmap(ax: Axes, values: np.ndarray, rows: tuple[str, ...] | None,
 
 
 def attention_heatmap(
-    weights: Any,
+    weights: Array | Sequence[Any],
     row_labels: Sequence[str] | None = None,
     col_labels: Sequence[str] | None = None,
     ax: Axes | None = None,

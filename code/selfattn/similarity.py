@@ -29,6 +29,7 @@ from selfattn._checks import (
     is_tensor,
     shape_of,
 )
+from selfattn.array_types import Array
 from selfattn.softmax import _check_float
 
 __all__ = ["cosine_similarity", "dot_similarity", "scaled_dot_similarity"]
@@ -56,7 +57,7 @@ def _check_pair(a: Any, b: Any | None) -> Any:
     return b
 
 
-def dot_similarity(a: Any, b: Any | None = None) -> Any:
+def dot_similarity(a: Array, b: Array | None = None) -> Array:
     """Dot-product similarity ``a @ bᵀ``.
 
     Args:
@@ -74,7 +75,7 @@ def dot_similarity(a: Any, b: Any | None = None) -> Any:
     return a @ b.T  # b.T: (d, m) -> result (n, m)
 
 
-def scaled_dot_similarity(a: Any, b: Any | None = None) -> Any:
+def scaled_dot_similarity(a: Array, b: Array | None = None) -> Array:
     """Scaled dot product ``a @ bᵀ / sqrt(d)``, the score of scaled dot-product attention.
 
     Dividing by ``sqrt(d)`` keeps the variance of the entries near 1 when the
@@ -110,7 +111,7 @@ def _row_norms(name: str, x: Any) -> Any:
     return norms
 
 
-def cosine_similarity(a: Any, b: Any | None = None) -> Any:
+def cosine_similarity(a: Array, b: Array | None = None) -> Array:
     """Cosine similarity ``(a[i] · b[j]) / (|a[i]| |b[j]|)``, in ``[-1, 1]``.
 
     Only the directions count: scaling a row does not change its similarities.

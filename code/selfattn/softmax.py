@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from selfattn._checks import check_array, is_tensor, shape_of
+from selfattn.array_types import Array
 
 try:
     import torch
@@ -105,7 +106,7 @@ def _shifted(x: Any, axis: int) -> tuple[Any, Any]:
     return z, total
 
 
-def softmax(x: Any, axis: int = -1) -> Any:
+def softmax(x: Array, axis: int = -1) -> Array:
     """Numerically stable softmax along ``axis``.
 
     ``softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m)`` with ``m = max_j x_j``.
@@ -141,7 +142,7 @@ def softmax(x: Any, axis: int = -1) -> Any:
     return np.exp(z) / safe
 
 
-def log_softmax(x: Any, axis: int = -1) -> Any:
+def log_softmax(x: Array, axis: int = -1) -> Array:
     """Numerically stable log-softmax along ``axis``.
 
     ``log_softmax(x)_i = (x_i - m) - log(sum_j exp(x_j - m))``; computed this way
