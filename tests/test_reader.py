@@ -463,7 +463,9 @@ def test_display_math_fits_or_scrolls_in_its_own_box_on_a_phone(
 
 MIN_FIGURE_TEXT_PX = 9.0
 FIGURES_JS = """
-() => Array.from(document.querySelectorAll('.cell_output img')).map(img => ({
+() => Array.from(document.querySelectorAll('.cell_output img'))
+  .filter(img => !img.closest('.selfattn-vega-fallback'))  // hidden once the chart is drawn
+  .map(img => ({
   src: img.getAttribute('src'), width: img.getBoundingClientRect().width,
   boxRight: img.parentElement.getBoundingClientRect().right, view: window.innerWidth,
   scrolls: img.parentElement.scrollWidth > img.parentElement.clientWidth + 1,

@@ -1,0 +1,94 @@
+/* Interactive figures (selfattn.interactive): render every div.selfattn-vega.
+ *
+ * Each div holds a Vega-Lite spec as JSON (computed at build time from selfattn's
+ * numbers) and a static fallback image. This script renders the spec with
+ * vega-embed (served from _static/vega, no CDN): SVG renderer, no action menu,
+ * the dark theme when the page is dark. Sliders, checkboxes and selects are native
+ * <input>/<select> elements, so the keyboard works. Once the chart is drawn the
+ * fallback is hidden (CSS: .selfattn-vega-ready). A theme switch re-renders the
+ * chart, keeping the slider and toggle values. Tests reach the view as el.vegaView
+ * and the compiled Vega spec as el.vegaSpec.
+ */
+(function () {
+  function isDark() {
+    return document.documentElement.dataset.theme === "dark";
+  }
+
+  function paramValues(el) {
+    const values = {};
+    if (!el.vegaView) return values;
+    (el.selfattnSpec.params || []).forEach((p) => {
+      try { values[p.name] = el.vegaView.signal(p.name); } catch (err) { /* not a signal */ }
+    });
+    return values;
+  }
+
+  async function render(el) {
+    if (!el.selfattnSpec) {
+      el.selfattnSpec = JSON.parse(el.querySelector("script.selfattn-vega-spec").textContent);
+    }
+    const kept = paramValues(el);
+    const spec = JSON.parse(JSON.stringify(el.selfattnSpec));
+    (spec.params || []).forEach((p) => { if (p.name in kept) p.value = kept[p.name]; });
+    const dark = isDark();
+    if (el.vegaView) el.vegaView.finalize();
+    const box = el.querySelector(".selfattn-vega-chart");
+    box.innerHTML = "";
+    // the chart is as wide as its box now ("fit-x"); a ResizeObserver redraws it when the
+    // box changes width (sidebars, rotation), so it never overflows the column
+    const width = Math.floor(el.getBoundingClientRect().width);
+    if (spec.width === "container" && width > 0) spec.width = width;
+    el.drawnWidth = width;
+    const result = await vegaEmbed(box, spec, {
+      mode: "vega-lite",
+      actions: false,
+      renderer: "svg",
+      theme: dark ? "dark" : undefined,
+      // the page's background shows through; text marks follow the theme's text colour
+      config: { background: null, text: { color: dark ? "#e8e8e8" : "#222222" } },
+    });
+    el.vegaView = result.view;
+    el.vegaSpec = result.vgSpec;
+    el.dataset.theme = dark ? "dark" : "light";
+    el.classList.add("selfattn-vega-ready");
+  }
+
+  // one render at a time per figure: a theme switch or resize during a render waits for it
+  function schedule(el) {
+    el.selfattnQueue = (el.selfattnQueue || Promise.resolve())
+      .then(() => render(el))
+      .catch((err) => console.error("interactive figure failed:", err));
+  }
+
+  function renderAll() {
+    document.querySelectorAll("div.selfattn-vega").forEach((el) => {
+      schedule(el);
+    });
+  }
+
+  const resized = new ResizeObserver((entries) => {
+    entries.forEach((entry) => {
+      const el = entry.target;
+      const width = Math.floor(el.getBoundingClientRect().width);
+      if (el.vegaView && width > 0 && Math.abs(width - el.drawnWidth) > 1) {
+        schedule(el);
+      }
+    });
+  });
+
+  function setup() {
+    if (typeof vegaEmbed === "undefined") return;  // fallback stays visible
+    renderAll();
+    document.querySelectorAll("div.selfattn-vega").forEach((el) => resized.observe(el));
+    new MutationObserver(() => {
+      document.querySelectorAll("div.selfattn-vega.selfattn-vega-ready").forEach((el) => {
+        if (el.dataset.theme !== (isDark() ? "dark" : "light")) {
+          schedule(el);
+        }
+      });
+    }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-theme"] });
+  }
+
+  if (document.readyState !== "loading") setup();
+  else document.addEventListener("DOMContentLoaded", setup);
+})();
