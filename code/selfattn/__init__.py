@@ -12,6 +12,11 @@ from selfattn.attention import (
 from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
 from selfattn.grouped import GroupedQueryAttention, kv_cache_bytes
+from selfattn.kernel_regression import (
+    gaussian_kernel_scores,
+    gaussian_key_bias,
+    nadaraya_watson,
+)
 from selfattn.language_model import (
     LMConfig,
     TinyLM,
@@ -52,7 +57,12 @@ from selfattn.positional import (
     sinusoidal_encoding,
     sinusoidal_shift_matrix,
 )
-from selfattn.similarity import cosine_similarity, dot_similarity, scaled_dot_similarity
+from selfattn.similarity import (
+    additive_scores,
+    cosine_similarity,
+    dot_similarity,
+    scaled_dot_similarity,
+)
 from selfattn.softmax import log_softmax, softmax
 from selfattn.tiled import attention_full, online_softmax, peak_memory, tiled_attention
 
@@ -74,6 +84,10 @@ __all__ = [
     # grouped (grouped-query and multi-query attention)
     "GroupedQueryAttention",
     "kv_cache_bytes",
+    # kernel_regression (Nadaraya–Watson: attention as kernel regression)
+    "gaussian_kernel_scores",
+    "gaussian_key_bias",
+    "nadaraya_watson",
     # language_model (tiny decoder-only transformer)
     "LMConfig",
     "TinyLM",
@@ -112,6 +126,7 @@ __all__ = [
     "sinusoidal_encoding",
     "sinusoidal_shift_matrix",
     # similarity
+    "additive_scores",
     "cosine_similarity",
     "dot_similarity",
     "scaled_dot_similarity",

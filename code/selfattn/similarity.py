@@ -1,4 +1,4 @@
-"""Similarity between token vectors: dot product, cosine, scaled dot product.
+"""Similarity between token vectors: dot product, cosine, scaled dot product, additive.
 
 Tokens are **rows**. For ``a`` of shape ``(n, d)`` and ``b`` of shape ``(m, d)``
 each function returns the ``(n, m)`` matrix whose entry ``[i, j]`` compares row
@@ -14,6 +14,14 @@ The functions are written for NumPy; torch tensors work too (same ops), but
 Bad input raises ``TypeError`` (not an array, non-float dtype, mixed backends or
 dtypes) or ``ValueError`` (not 2-D, empty, widths differ, NaN/inf, and for
 cosine a zero vector); the message names the argument and the shapes.
+
+:func:`additive_scores` is the score of additive (Bahdanau) attention, a small
+network instead of a dot product: ``s(q, k) = tanh(q U_Q + k U_K) · u``. It takes
+queries and keys with leading batch dims, ``(..., q_len, d_q)`` and
+``(..., k_len, d_k)``, and parameters ``U_Q (d_q, d_a)``, ``U_K (d_k, d_a)``,
+``u (d_a,)``; ``d_a`` is the width of its hidden layer. ``d_q`` and ``d_k``
+may differ. Same backends and errors as above, plus a ``ValueError`` when a
+parameter's shape does not fit.
 """
 
 from __future__ import annotations
@@ -21,9 +29,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from selfattn._checks import (
+    check_array,
     check_dim,
     check_finite,
+    check_min_ndim,
     check_ndim,
     check_nonempty,
     is_tensor,
@@ -32,7 +44,12 @@ from selfattn._checks import (
 from selfattn.array_types import Array
 from selfattn.softmax import _check_float
 
-__all__ = ["cosine_similarity", "dot_similarity", "scaled_dot_similarity"]
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None  # type: ignore[assignment]
+
+__all__ = ["additive_scores", "cosine_similarity", "dot_similarity", "scaled_dot_similarity"]
 
 
 def _check_pair(a: Any, b: Any | None) -> Any:
@@ -141,3 +158,102 @@ def cosine_similarity(a: Array, b: Array | None = None) -> Array:
     norm_b = norm_a if b is None else _row_norms("b", b_checked)  # (m, 1)
     # normalise the rows first, then the dot product of unit vectors is the cosine
     return (a / norm_a) @ (b_checked / norm_b).T  # (n, d) @ (d, m) -> (n, m)
+
+
+def _check_like(
+    name: str, x: Any, ref_name: str, ref: Any, ndim: int | None, legend: str
+) -> None:
+    """``x`` is a finite, non-empty float array with the backend and dtype of ``ref`` and
+    ``ndim`` dims (``None``: at least 2)."""
+    check_array(name, x)
+    _check_float(name, x)
+    if is_tensor(x) != is_tensor(ref):
+        raise TypeError(
+            f"{name}: expected the same backend as {ref_name} ({type(ref).__name__}), "
+            f"got {type(x).__name__} with shape {shape_of(x)}"
+        )
+    if x.dtype != ref.dtype:
+        raise TypeError(
+            f"{name}: expected dtype {ref.dtype} (dtype of {ref_name}), got {x.dtype} "
+            f"with shape {shape_of(x)}"
+        )
+    if ndim is None:
+        check_min_ndim(name, x, 2, legend)
+    else:
+        check_ndim(name, x, ndim, legend)
+    check_nonempty(name, x)
+    check_finite(name, x)
+
+
+def additive_scores(query: Array, key: Array, u_q: Array, u_k: Array, u: Array) -> Array:
+    """Additive (Bahdanau) attention scores ``s[..., i, j] = tanh(q_i U_Q + k_j U_K) · u``.
+
+    A one-hidden-layer network scores each (query, key) pair. Each score lies in
+    ``[-|u|₁, |u|₁]`` (``tanh`` is in ``[-1, 1]``), however long ``q`` and ``k``
+    are. Cost: ``q U_Q`` and ``k U_K`` once per token, then about ``4 d_a``
+    operations per pair (add, ``tanh``, multiply, add) and a
+    ``(..., q_len, k_len, d_a)`` array in memory.
+
+    Args:
+        query: ``(..., q_len, d_q)`` float, NumPy or torch.
+        key: ``(..., k_len, d_k)`` float, same backend and dtype; its leading dims
+            broadcast with ``query``'s. ``d_k`` may differ from ``d_q``.
+        u_q: ``(d_q, d_a)``, the query's weights ``U_Q`` (applied as ``q U_Q``).
+        u_k: ``(d_k, d_a)``, the key's weights ``U_K``.
+        u: ``(d_a,)``, the output vector ``u``.
+
+    Returns:
+        scores ``(..., q_len, k_len)``, same backend and dtype as the inputs.
+
+    Raises:
+        TypeError: not an array, not float, mixed backends or dtypes.
+        ValueError: a shape that does not fit (the message names the argument,
+            the shape seen and where the expected size comes from), empty
+            inputs, NaN/inf in the inputs or in the scores.
+
+    Example:
+        >>> import numpy as np
+        >>> q = np.array([[np.log(2.0)]])             # (q_len=1, d_q=1)
+        >>> k = np.array([[0.0], [np.log(3.0)]])      # (k_len=2, d_k=1)
+        >>> one = np.array([[1.0]])
+        >>> additive_scores(q, k, one, one, np.array([2.0])).round(12)
+        array([[1.2       , 1.89189189]])
+    """
+    _check_float("query", query)
+    check_min_ndim("query", query, 2, "(..., q_len, d_q)")
+    check_nonempty("query", query)
+    check_finite("query", query)
+    _check_like("key", key, "query", query, None, "(..., k_len, d_k)")
+    leads = (shape_of(query)[:-2], shape_of(key)[:-2])
+    try:
+        np.broadcast_shapes(*leads)
+    except ValueError:
+        raise ValueError(
+            f"key: leading (batch) dims {leads[1]} do not broadcast with query's {leads[0]}; "
+            f"got shapes query {shape_of(query)}, key {shape_of(key)}"
+        ) from None
+    d_q, d_k = shape_of(query)[-1], shape_of(key)[-1]
+    _check_like("u_q", u_q, "query", query, 2, "(d_q, d_a)")
+    check_dim("u_q", u_q, 0, d_q, f"d_q of query, whose shape is {shape_of(query)}")
+    d_a = shape_of(u_q)[1]
+    _check_like("u_k", u_k, "query", query, 2, "(d_k, d_a)")
+    check_dim("u_k", u_k, 0, d_k, f"d_k of key, whose shape is {shape_of(key)}")
+    check_dim("u_k", u_k, 1, d_a, f"d_a of u_q, whose shape is {shape_of(u_q)}")
+    _check_like("u", u, "query", query, 1, "(d_a,)")
+    check_dim("u", u, 0, d_a, f"d_a of u_q, whose shape is {shape_of(u_q)}")
+
+    tanh = torch.tanh if is_tensor(query) else np.tanh
+    with np.errstate(over="ignore", invalid="ignore"):  # reported below instead
+        q_proj = query @ u_q  # (..., q_len, d_q) @ (d_q, d_a) -> (..., q_len, d_a)
+        k_proj = key @ u_k  # (..., k_len, d_k) @ (d_k, d_a) -> (..., k_len, d_a)
+        # every pair: (..., q_len, 1, d_a) + (..., 1, k_len, d_a) -> (..., q_len, k_len, d_a)
+        hidden = tanh(q_proj[..., :, None, :] + k_proj[..., None, :, :])
+        scores = hidden @ u  # (..., q_len, k_len, d_a) @ (d_a,) -> (..., q_len, k_len)
+    try:
+        check_finite("scores", scores)
+    except ValueError:
+        raise ValueError(
+            f"query, key: the projections q U_Q or k U_K overflowed (scores of shape "
+            f"{shape_of(scores)} hold NaN); the inputs are too large for their dtype"
+        ) from None
+    return scores
