@@ -48,8 +48,8 @@ def test_glued_numbers_render() -> None:
 
 
 # The book's rule for figures: at most 5.5 in wide, no text below 10.5 pt. Then a 390 px
-# phone shows a whole figure in its ~358 px column (a 5.5 in figure shrinks to ~0.68 of its
-# 528 px) with its smallest text at >= 9.5 CSS px (tests/test_reader.py measures that).
+# phone shows a whole figure in its 342 px figure box (a 5.5 in figure, 528 CSS px, shrinks
+# to 0.65) with its smallest text at >= 9 CSS px (tests/test_reader.py measures that).
 MAX_FIGURE_INCHES = 5.5
 MIN_FIGURE_FONT_PT = 10.5
 

@@ -535,7 +535,7 @@ def heatmap_grid(
             :func:`attention_heatmap`; the colour scale is shared by all panels.
         suptitle: optional title over the whole grid.
         panel_size: width in inches of one panel; reduced when the grid would be
-            wider than :data:`MAX_FIGURE_WIDTH` (choose ``ncols`` to keep panels large).
+            wider than ``MAX_FIGURE_WIDTH`` (5.3 in; choose ``ncols`` to keep panels large).
 
     Returns:
         The Figure; ``fig.axes`` holds the panels in order, then the colour bar.
@@ -598,7 +598,8 @@ def heatmap_grid(
                               annotate=annotate, digits=digits,
                               xlabel=xlabel if i // ncols == nrows - 1 else "",
                               ylabel=ylabel if i % ncols == 0 else "", title=titles[i])
-    fig.colorbar(image, ax=list(axes.flat), shrink=0.85)
+    # one bar beside all rows; aspect grows with the rows so the bar stays thin
+    fig.colorbar(image, ax=list(axes.flat), shrink=0.85, aspect=20 * nrows)
     if suptitle is not None:
         fig.suptitle(suptitle)
     return fig
