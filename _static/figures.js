@@ -17,7 +17,7 @@
 
   function smallestFont(svg) {
     let smallest = Infinity;
-    svg.querySelectorAll("text").forEach((t) => {
+    svg.querySelectorAll("text, tspan").forEach((t) => {
       const style = (t.getAttribute("style") || "") + ";font-size:" + (t.getAttribute("font-size") || "");
       const m = style.match(/font(?:-size)?:[^;]*?([\d.]+)px/);
       if (m) smallest = Math.min(smallest, parseFloat(m[1]));

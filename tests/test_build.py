@@ -69,7 +69,8 @@ def chapter_figures() -> list[tuple[str, Path]]:
 
 def test_chapter_figures_are_narrow_with_large_enough_text() -> None:
     """matplotlib writes an SVG's size in points (72 per inch) and its text sizes in
-    points too (the `px` of the SVG's user units): read both from every figure file."""
+    points too (the `px` of the SVG's user units): read both from every figure file. Math
+    text writes its exponents and subscripts in smaller <tspan>s: they count too."""
     require_built_site()
     figures = chapter_figures()
     assert len(figures) >= 20, f"expected the chapters' figures, found {len(figures)}"
@@ -82,7 +83,7 @@ def test_chapter_figures_are_narrow_with_large_enough_text() -> None:
         if inches > MAX_FIGURE_INCHES + 1e-6:
             wide.append(f"{page} {path.name}: {inches:.2f} in")
         sizes = [float(s) for s in
-                 re.findall(r"<text[^>]*font(?:-size)?:[^;\"]*?([\d.]+)px", svg)]
+                 re.findall(r"<(?:text|tspan)[^>]*font(?:-size)?:[^;\"]*?([\d.]+)px", svg)]
         assert sizes, f"{page} {path.name}: no text elements (text drawn as paths?)"
         if min(sizes) < MIN_FIGURE_FONT_PT - 1e-6:
             small.append(f"{page} {path.name}: {min(sizes):g} pt")

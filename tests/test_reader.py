@@ -479,7 +479,9 @@ def svg_text_metrics(path: Path) -> tuple[float, float]:
     svg = path.read_text(encoding="utf-8")
     view_box = re.search(r'viewBox="([^"]+)"', svg)
     assert view_box, f"{path.name}: no viewBox"
-    sizes = [float(s) for s in re.findall(r"<text[^>]*font(?:-size)?:[^;\"]*?([\d.]+)px", svg)]
+    # a <tspan> holds the exponents and subscripts of math text (``$2^{10}$``)
+    sizes = [float(s) for s in
+             re.findall(r"<(?:text|tspan)[^>]*font(?:-size)?:[^;\"]*?([\d.]+)px", svg)]
     assert sizes, f"{path.name}: no text elements (text drawn as paths cannot be measured)"
     return float(view_box.group(1).split()[2]), min(sizes)
 
