@@ -47,6 +47,51 @@ def test_glued_numbers_render() -> None:
         assert "Keyerror" not in html, page.name
 
 
+# The book's rule for figures: at most 5.5 in wide, no text below 10.5 pt. Then a 390 px
+# phone shows a whole figure in its 342 px figure box (a 5.5 in figure, 528 CSS px, shrinks
+# to 0.65) with its smallest text at >= 9 CSS px (tests/test_reader.py measures that).
+MAX_FIGURE_INCHES = 5.5
+MIN_FIGURE_FONT_PT = 10.5
+
+
+def chapter_figures() -> list[tuple[str, Path]]:
+    """(page, SVG file) of every figure a chapter cell drew (not the diagrams of images/)."""
+    diagrams = {p.name for p in (ROOT / "images").glob("*.svg")}
+    figures = []
+    for chapter in CHAPTERS:
+        page = HTML / "chapters" / (chapter.stem + ".html")
+        html = page.read_text(encoding="utf-8")
+        for src in re.findall(r'<img[^>]+src="([^"]*_images/[^"]+\.svg)"', html):
+            if Path(src).name not in diagrams:
+                figures.append((page.name, (page.parent / src).resolve()))
+    return figures
+
+
+def test_chapter_figures_are_narrow_with_large_enough_text() -> None:
+    """matplotlib writes an SVG's size in points (72 per inch) and its text sizes in
+    points too (the `px` of the SVG's user units): read both from every figure file. Math
+    text writes its exponents and subscripts in smaller <tspan>s: they count too."""
+    require_built_site()
+    figures = chapter_figures()
+    assert len(figures) >= 20, f"expected the chapters' figures, found {len(figures)}"
+    wide, small = [], []
+    for page, path in figures:
+        svg = path.read_text(encoding="utf-8")
+        width = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', svg)
+        assert width, f"{page} {path.name}: no width in points"
+        inches = float(width.group(1)) / 72
+        if inches > MAX_FIGURE_INCHES + 1e-6:
+            wide.append(f"{page} {path.name}: {inches:.2f} in")
+        sizes = [float(s) for s in
+                 re.findall(r"<(?:text|tspan)[^>]*font(?:-size)?:[^;\"]*?([\d.]+)px", svg)]
+        assert sizes, f"{page} {path.name}: no text elements (text drawn as paths?)"
+        if min(sizes) < MIN_FIGURE_FONT_PT - 1e-6:
+            small.append(f"{page} {path.name}: {min(sizes):g} pt")
+    assert (wide, small) == ([], []), (
+        f"figures wider than {MAX_FIGURE_INCHES} in:\n" + "\n".join(wide)
+        + f"\nfigure text below {MIN_FIGURE_FONT_PT} pt:\n" + "\n".join(small))
+
+
 def _listing(chapter: Path) -> str:
     text = chapter.read_text(encoding="utf-8")
     cells = [src for tags, src in code_cells(text) if "copy-this" in tags]
@@ -54,6 +99,7 @@ def _listing(chapter: Path) -> str:
     return cells[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_copy_this_listing_runs_in_a_fresh_interpreter(chapter: Path, tmp_path: Path) -> None:
     """The chapter's "copy this" listing runs with only the package installed: no notebook
@@ -164,6 +210,7 @@ def _answer(html: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_package_edit_re_executes_chapters(tmp_path: Path) -> None:
     """jupyter-cache keys on cell source only; the exec_cache extension must not let an
     edit to the package leave old outputs on the page."""
@@ -209,6 +256,7 @@ def _math_book(tmp: Path, formula: str, build: bool = True) -> subprocess.Comple
     return _sphinx_build(tmp) if build else None
 
 
+@pytest.mark.slow
 def test_math_is_typeset_at_build_time_with_local_katex(tmp_path: Path) -> None:
     result = _math_book(tmp_path, r"\operatorname{softmax}(S / \sqrt{d_k})")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -223,6 +271,7 @@ def test_math_is_typeset_at_build_time_with_local_katex(tmp_path: Path) -> None:
     assert any((static / "fonts").glob("KaTeX_Main-Regular.woff2"))
 
 
+@pytest.mark.slow
 def test_formula_katex_cannot_parse_fails_the_build(tmp_path: Path) -> None:
     result = _math_book(tmp_path, r"\frac{1}{\sqrt{d_k}")  # one brace short
     assert result.returncode != 0, "a broken formula was published as red source text"
@@ -236,6 +285,7 @@ def _cache_dirs(tmp: Path) -> list[Path]:
     return sorted((tmp / "_build" / ".jupyter_cache").iterdir())
 
 
+@pytest.mark.slow
 def test_corrupted_execution_cache_is_moved_aside_and_the_build_heals(tmp_path: Path):
     """A cache database cut short (a full disk, a killed CI job) must not crash the build:
     the cache is moved aside with one line on stderr, and the chapters re-execute."""
@@ -305,6 +355,7 @@ print("never reached")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_failing_cell_is_reported_in_one_screen(tmp_path: Path, jobs: str):
     """File and line, cell number, its first lines, the exception: no traceback, no
@@ -339,6 +390,7 @@ def test_failing_cell_is_reported_in_one_screen(tmp_path: Path, jobs: str):
     assert not (tmp_path / "_build" / "exec-errors" / "index.log").exists()
 
 
+@pytest.mark.slow
 def test_prose_edit_re_renders_one_page_without_executing(tmp_path: Path) -> None:
     """Editing a sentence of one chapter re-reads that chapter only, from the execution
     cache: nothing executes. (jupyter-cache keys a notebook on its code cells.)"""
