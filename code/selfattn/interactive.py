@@ -16,8 +16,9 @@ An executed cell builds a `Vega-Lite <https://vega.github.io/vega-lite/>`_ spec
 The page only recomputes what a slider or toggle changes, with Vega-Lite
 transforms (``exp``, per-row sums) over the data the cell exported.
 
-:func:`softmax_temperature_spec` and :func:`attention_toggle_spec` build the
-book's two specs. Bad input raises ``TypeError`` or ``ValueError`` naming the
+:func:`softmax_temperature_spec`, :func:`attention_toggle_spec`,
+:func:`score_variance_spec` and :func:`perplexity_temperature_spec` build the
+book's four specs. Bad input raises ``TypeError`` or ``ValueError`` naming the
 argument and the shape seen.
 """
 
@@ -165,10 +166,11 @@ def softmax_temperature_spec(
         raise ValueError(f"temperature: expected 0 < t_min <= temperature <= t_max and step > 0, "
                          f"got t_min={t_min}, temperature={temperature}, t_max={t_max}, "
                          f"step={step}")
-    values = [{"key": f"key {j} (s = {v:g})", "order": j, "score": float(v)}
+    values = [{"key": f"key {j}: s = {v:g}", "order": j, "score": float(v)}
               for j, v in enumerate(s)]
+    # two-line labels ("key 0" over "s = 2"), so neighbours do not touch on a phone
     x = {"field": "key", "type": "nominal", "sort": None, "title": None,
-         "axis": {"labelAngle": 0, "labelLimit": 90}}
+         "axis": {"labelAngle": 0, "labelLimit": 90, "labelExpr": "split(datum.label, ': ')"}}
     y = {"field": "weight", "type": "quantitative", "scale": {"domain": [0, 1]},
          "title": "weight"}
     return {
@@ -191,7 +193,7 @@ def softmax_temperature_spec(
             {"joinaggregate": [{"op": "sum", "field": "plogp", "as": "entropy"},
                                {"op": "max", "field": "weight", "as": "largest"}]},
             {"calculate": "'largest weight ' + format(datum.largest, '.4f') + "
-                          "'   entropy ' + format(datum.entropy, '.4f') + ' nats'",
+                          "', entropy ' + format(datum.entropy, '.4f') + ' nats'",
              "as": "summary"},
         ],
         "layer": [
@@ -377,7 +379,8 @@ def score_variance_spec(
     def panel(kind: str, title: str, var_name: str, formula_name: str, formula: str) -> dict:
         lo, width = -half[kind], 2 * half[kind] / bins
         xs = {"field": "x0", "type": "quantitative", "title": title,
-              "scale": {"domain": [-half[kind], half[kind]], "nice": False}}
+              "scale": {"domain": [-half[kind], half[kind]], "nice": False},
+              "axis": {"tickCount": 8}}
         return {
             "width": "container",
             "height": 150,
@@ -441,6 +444,8 @@ def perplexity_temperature_spec(
     t_max: float = 4.0,
     step: float = 0.05,
     curve_points: int = 61,
+    digits: int = 9,
+    floor: float | None = None,
 ) -> dict:
     """Perplexity of ``softmax(logits / T)`` on the targets, with a slider for ``T``.
 
@@ -457,6 +462,9 @@ def perplexity_temperature_spec(
         temperature: the slider's initial ``T``.
         t_min, t_max, step: the slider's range (``0 < t_min <= temperature <= t_max``).
         curve_points: number of grid points of the exported curve (at least 2).
+        digits: the logits are exported rounded to this many significant digits (9 keep
+            a float32 exactly); the curve is computed from the exported values.
+        floor: optional perplexity drawn as a dashed line (e.g. the source's floor).
 
     Returns:
         a Vega-Lite spec (dict); its parameter is named ``T``.
@@ -481,6 +489,11 @@ def perplexity_temperature_spec(
                          f"step={step}")
     if isinstance(curve_points, bool) or not isinstance(curve_points, int) or curve_points < 2:
         raise ValueError(f"curve_points: expected an int >= 2, got {curve_points!r}")
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 17:
+        raise ValueError(f"digits: expected an int in [1, 17], got {digits!r}")
+    if floor is not None and not (isinstance(floor, (int, float)) and 0 < floor < math.inf):
+        raise ValueError(f"floor: expected a positive number, got {floor!r}")
+    z = np.array([[float(f"{v:.{digits}g}") for v in row] for row in z])  # what the page gets
     grid = np.geomspace(t_min, t_max, curve_points)
     curve = [{"t": float(t), "ppl": perplexity(z[None] / t, y[None])} for t in grid]
     if not all(math.isfinite(c["ppl"]) for c in curve):
@@ -489,8 +502,12 @@ def perplexity_temperature_spec(
     x = {"field": "t", "type": "quantitative", "title": "temperature T",
          "scale": {"type": "log", "domain": [t_min, t_max], "nice": False},
          "axis": {"values": [v for v in (0.1, 0.25, 0.5, 1, 2, 4, 10) if t_min <= v <= t_max]}}
+    ppls = [c["ppl"] for c in curve] + ([] if floor is None else [float(floor)])
+    y_lo, y_hi = 0.85 * min(ppls), 1.15 * max(ppls)
     y_ppl = {"field": "ppl", "type": "quantitative", "title": "perplexity",
-             "scale": {"type": "log"}}
+             "scale": {"type": "log", "domain": [y_lo, y_hi], "nice": False},
+             "axis": {"values": [v for v in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
+                                 if y_lo <= v <= y_hi]}}
     return {
         "description": "perplexity of a model's next-token distribution at temperature T",
         "width": "container",
@@ -501,6 +518,16 @@ def perplexity_temperature_spec(
                              "name": "temperature T "}}],
         "datasets": {"logits": values, "curve": curve},
         "layer": [
+            *([] if floor is None else [
+                {"name": "floor", "data": {"values": [{"ppl": float(floor)}]},
+                 "layer": [
+                     {"mark": {"type": "rule", "strokeDash": [6, 4], "color": "#888888"},
+                      "encoding": {"y": y_ppl}},
+                     {"mark": {"type": "text", "align": "left", "baseline": "top", "dy": 3,
+                               "dx": 3, "fontSize": 12},
+                      "encoding": {"y": y_ppl, "x": {"value": 0},
+                                   "text": {"value": f"floor {floor:.3f}"}}},
+                 ]}]),
             {"name": "curve", "data": {"name": "curve"},
              "mark": {"type": "line", "color": "#4c78a8", "strokeWidth": 2},
              "encoding": {"x": x, "y": y_ppl}},
@@ -520,12 +547,13 @@ def perplexity_temperature_spec(
                                 {"op": "count", "as": "positions"}]},
                  {"calculate": "exp(datum.ce)", "as": "ppl"},
                  {"calculate": "T", "as": "t"},
-                 {"calculate": "'T = ' + format(T, '.2f') + ':  perplexity ' + "
+                 {"calculate": "'T = ' + format(T, '.2f') + ': perplexity ' + "
                                "format(datum.ppl, '.4f')", "as": "summary"},
              ],
              "layer": [
                  {"name": "point",
-                  "mark": {"type": "point", "filled": True, "size": 90, "color": "#e45756"},
+                  "mark": {"type": "point", "filled": True, "size": 90, "color": "#e45756",
+                           "opacity": 1},
                   "encoding": {"x": x, "y": y_ppl}},
                  {"name": "summary",
                   "mark": {"type": "text", "align": "left", "baseline": "bottom", "dy": -8,
