@@ -1,7 +1,9 @@
 # Self-Attention, Verified — the whole set-up is `make html` and `make test`.
 #
 #   make html    create .venv if needed, install pinned deps + the package, execute and build the book
-#   make test    the same set-up, then the whole test suite (package, build, browser)
+#   make test    the same set-up, then the test suite (package, built pages, browser): ~2 min
+#   make test-slow  what `make test` leaves out: the PDF, every published notebook in a fresh
+#                venv, copied listings in a fresh interpreter, fault-injection builds (CI runs both)
 #   make serve   live-reloading preview on http://127.0.0.1:8000
 #   make clean   remove the build (keeps .venv)
 #   make diagrams  redraw the SVG diagrams in images/ (commit the result)
@@ -30,7 +32,7 @@ NODE_STAMP := node_modules/.stamp-$(shell cat package-lock.json | cksum | cut -d
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: html test test-fast serve clean clean-cache lint venv node-deps browser-deps lock diagrams pdf latex-deps
+.PHONY: html test test-slow test-fast serve clean clean-cache lint venv node-deps browser-deps lock diagrams pdf latex-deps
 
 venv: $(STAMP)
 
@@ -106,12 +108,19 @@ pdf: $(STAMP) $(NODE_STAMP) latex-deps
 	cp $(BUILD)/pdf/$(PDF_NAME) $(BUILD)/html/$(PDF_NAME)
 	@echo "Built: $(BUILD)/pdf/$(PDF_NAME) ($$(pdfinfo $(BUILD)/pdf/$(PDF_NAME) 2>/dev/null | sed -n 's/^Pages: *//p') pages), copied into $(BUILD)/html"
 
-# -n auto: the tests run in one pytest-xdist worker per core (the build tests start
-# their own small builds and kernels; the browser tests read the site built above).
-test: html pdf browser-deps
+# -n auto: the tests run in one pytest-xdist worker per core (the browser tests read the
+# site built above). The timing tests run alone afterwards: under xdist they would time
+# the other worker too.
+test: html browser-deps
 	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
-	$(VENV)/bin/pytest -n auto -m "not timing"
+	$(VENV)/bin/pytest -n auto -m "not timing and not slow"
 	$(VENV)/bin/pytest -m timing
+
+# The tests marked slow (pyproject.toml): the PDF's text and figures, each published notebook
+# run top to bottom in a fresh venv, each chapter's copied listing in a fresh interpreter, and
+# the builds of small books that break things on purpose (cache, failing cells, cleanup).
+test-slow: html pdf browser-deps
+	$(VENV)/bin/pytest -n auto -m slow
 
 # Package tests only: no book build, no browser.
 test-fast: $(STAMP)

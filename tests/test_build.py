@@ -54,6 +54,7 @@ def _listing(chapter: Path) -> str:
     return cells[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_copy_this_listing_runs_in_a_fresh_interpreter(chapter: Path, tmp_path: Path) -> None:
     """The chapter's "copy this" listing runs with only the package installed: no notebook
@@ -164,6 +165,7 @@ def _answer(html: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_package_edit_re_executes_chapters(tmp_path: Path) -> None:
     """jupyter-cache keys on cell source only; the exec_cache extension must not let an
     edit to the package leave old outputs on the page."""
@@ -209,6 +211,7 @@ def _math_book(tmp: Path, formula: str, build: bool = True) -> subprocess.Comple
     return _sphinx_build(tmp) if build else None
 
 
+@pytest.mark.slow
 def test_math_is_typeset_at_build_time_with_local_katex(tmp_path: Path) -> None:
     result = _math_book(tmp_path, r"\operatorname{softmax}(S / \sqrt{d_k})")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -223,6 +226,7 @@ def test_math_is_typeset_at_build_time_with_local_katex(tmp_path: Path) -> None:
     assert any((static / "fonts").glob("KaTeX_Main-Regular.woff2"))
 
 
+@pytest.mark.slow
 def test_formula_katex_cannot_parse_fails_the_build(tmp_path: Path) -> None:
     result = _math_book(tmp_path, r"\frac{1}{\sqrt{d_k}")  # one brace short
     assert result.returncode != 0, "a broken formula was published as red source text"
@@ -236,6 +240,7 @@ def _cache_dirs(tmp: Path) -> list[Path]:
     return sorted((tmp / "_build" / ".jupyter_cache").iterdir())
 
 
+@pytest.mark.slow
 def test_corrupted_execution_cache_is_moved_aside_and_the_build_heals(tmp_path: Path):
     """A cache database cut short (a full disk, a killed CI job) must not crash the build:
     the cache is moved aside with one line on stderr, and the chapters re-execute."""
@@ -305,6 +310,7 @@ print("never reached")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_failing_cell_is_reported_in_one_screen(tmp_path: Path, jobs: str):
     """File and line, cell number, its first lines, the exception: no traceback, no
@@ -339,6 +345,7 @@ def test_failing_cell_is_reported_in_one_screen(tmp_path: Path, jobs: str):
     assert not (tmp_path / "_build" / "exec-errors" / "index.log").exists()
 
 
+@pytest.mark.slow
 def test_prose_edit_re_renders_one_page_without_executing(tmp_path: Path) -> None:
     """Editing a sentence of one chapter re-reads that chapter only, from the execution
     cache: nothing executes. (jupyter-cache keys a notebook on its code cells.)"""

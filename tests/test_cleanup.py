@@ -24,14 +24,15 @@ from sitetools import ROOT, chromium_path, processes_with_env, require_built_sit
 
 TESTS = ROOT / "tests"
 
-# A test module that borrows the real browser tests' fixtures and fails while the
+# A test module that borrows the real browser fixtures (tests/conftest.py) and fails while the
 # server and Chromium are up: once with a failed assertion, once with an exception
 # inside an open page visit.
 PROBE = textwrap.dedent('''
     import os
     from pathlib import Path
 
-    from test_browser import PageVisit, browser, site  # noqa: F401  (the real fixtures)
+    from conftest import browser, site  # noqa: F401  (the real fixtures)
+    from test_browser import PageVisit
 
 
     def test_fails_with_server_and_browser_running(browser, site):
@@ -61,6 +62,7 @@ def _port_is_closed(url: str) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_failing_browser_tests_leave_no_process_port_or_temp_dir(tmp_path: Path) -> None:
     require_built_site()
@@ -106,6 +108,7 @@ def _plain_build(book: Path, env: dict[str, str], *opts: str) -> subprocess.Comp
     return subprocess.run(cmd, cwd=book, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.build
 def test_failing_builds_leave_no_process(tmp_path: Path) -> None:
     """`make html` failing on a cell (kernels running, two workers) or on a formula

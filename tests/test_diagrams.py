@@ -51,6 +51,7 @@ def test_committed_svgs_are_what_the_script_draws(tmp_path: Path) -> None:
     assert not stale, f"out of date (run `make diagrams` and commit): {stale}"
 
 
+@pytest.mark.slow
 def test_two_runs_draw_identical_files(tmp_path: Path) -> None:
     first = {p.name: p.read_bytes() for p in diagrams.draw_all(tmp_path / "a")}
     second = {p.name: p.read_bytes() for p in diagrams.draw_all(tmp_path / "b")}

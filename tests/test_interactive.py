@@ -10,25 +10,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import numpy as np
 import pytest
 
 import selfattn
-from sitetools import (
-    CHROMIUM_ARGS,
-    HTML,
-    PREFIX,
-    chromium_path,
-    require_built_site,
-    serve,
-    under_ci,
-)
 
 pytestmark = pytest.mark.browser
-playwright_sync = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")  # the fixtures (conftest.py) drive Chromium with it
 
 TEMPERATURE_PAGE = "chapters/04-whys.html"  # also the d_k slider (VARIANCE)
 HEADS_PAGE = "chapters/03-multi-head.html"
@@ -55,24 +45,6 @@ async (el) => {
 TEXTS_JS = "el => Array.from(el.querySelectorAll('svg text')).map(t => t.textContent)"
 
 
-@pytest.fixture(scope="module")
-def site() -> Iterator[str]:
-    require_built_site()
-    with serve(HTML, PREFIX) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    exe = chromium_path()
-    if exe is None:
-        if under_ci():
-            pytest.fail("Chromium is missing under CI: `make test` installs Debian's chromium")
-        pytest.skip("Chromium not installed (apt-get install chromium)")
-    with playwright_sync.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 class Visit:

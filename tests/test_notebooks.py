@@ -313,6 +313,7 @@ def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.build
+@pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_published_notebook_runs_top_to_bottom_in_a_fresh_venv(
     chapter: Path, fresh_kernel: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

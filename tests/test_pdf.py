@@ -14,12 +14,11 @@ import html
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sitetools import CHAPTERS, CHROMIUM_ARGS, HTML, ROOT, chromium_path, serve, under_ci
+from sitetools import CHAPTERS, HTML, ROOT, serve
 
 PDF_NAME = "self-attention-verified.pdf"
 PDF = ROOT / "_build" / "pdf" / PDF_NAME
@@ -45,6 +44,7 @@ def pdf_text() -> str:
     return re.sub(r"\s+", " ", out)
 
 
+@pytest.mark.slow
 def test_pdf_is_in_the_site_and_linked_from_the_front_page() -> None:
     require_pdf()
     copy = HTML / PDF_NAME
@@ -57,6 +57,7 @@ def test_pdf_is_in_the_site_and_linked_from_the_front_page() -> None:
         assert f'<a href="../{PDF_NAME}"' in page, f"{chapter.stem}: no book PDF in the menu"
 
 
+@pytest.mark.slow
 def test_pdf_has_pages_and_figures() -> None:
     info = subprocess.run(["pdfinfo", str(require_pdf())], check=True, capture_output=True,
                           text=True).stdout
@@ -73,6 +74,7 @@ def test_pdf_has_pages_and_figures() -> None:
     assert len(images) >= site_figures, f"PDF has {len(images)} images, site {site_figures}"
 
 
+@pytest.mark.slow
 def test_pdf_has_every_chapter_title_in_the_sites_order(pdf_text: str) -> None:
     """The PDF globs chapters/*; the site lists them in index.md: same set, same order."""
     index = (ROOT / "index.md").read_text(encoding="utf-8")
@@ -92,6 +94,7 @@ def test_pdf_has_every_chapter_title_in_the_sites_order(pdf_text: str) -> None:
     assert positions == sorted(positions), f"chapters out of order in the PDF: {titles}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_pdf_shows_the_glued_numbers_the_html_shows(chapter: Path, pdf_text: str) -> None:
     page = (HTML / "chapters" / f"{chapter.stem}.html").read_text(encoding="utf-8")
@@ -139,18 +142,6 @@ CONTRAST_JS = """
 """
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    playwright_sync = pytest.importorskip("playwright.sync_api")
-    path = chromium_path()
-    if path is None:
-        if under_ci():
-            raise AssertionError("chromium missing under CI")
-        pytest.skip("chromium not installed")
-    with playwright_sync.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.mark.browser

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -18,18 +17,13 @@ import pytest
 
 from sitetools import (
     CHAPTERS,
-    CHROMIUM_ARGS,
     HTML,
-    PREFIX,
     ROOT,
-    chromium_path,
     require_built_site,
-    serve,
-    under_ci,
 )
 
 pytestmark = pytest.mark.browser
-playwright_sync = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")  # the fixtures (conftest.py) drive Chromium with it
 
 CHAPTER_PAGES = [f"chapters/{c.stem}.html" for c in CHAPTERS]
 # Every page of the built site, the search page and the general index included.
@@ -60,24 +54,6 @@ async () => {
 """
 
 
-@pytest.fixture(scope="module")
-def site() -> Iterator[str]:
-    require_built_site()
-    with serve(HTML, PREFIX) as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    exe = chromium_path()
-    if exe is None:
-        if under_ci():
-            pytest.fail("Chromium is missing under CI: `make test` installs Debian's chromium")
-        pytest.skip("Chromium not installed (apt-get install chromium)")
-    with playwright_sync.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def open_page(browser: object, site: str, rel: str, **ctx: object) -> tuple[object, object]:

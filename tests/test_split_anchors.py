@@ -18,15 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sitetools import (
-    CHROMIUM_ARGS,
-    HTML,
-    PREFIX,
-    chromium_path,
-    require_built_site,
-    serve,
-    under_ci,
-)
+from sitetools import HTML, require_built_site
 
 OLD_ANCHORS: dict[str, list[str]] = {
     "04-whys": [
@@ -100,24 +92,16 @@ def test_split_pages_are_in_the_toctree_in_reading_order() -> None:
 
 
 @pytest.mark.browser
-def test_old_link_lands_on_the_moved_section() -> None:
+def test_old_link_lands_on_the_moved_section(browser: object, site: str) -> None:
     """In a browser: the old URL of a moved section ends on the new page at that section."""
-    require_built_site()
-    playwright_sync = pytest.importorskip("playwright.sync_api")
-    chromium = chromium_path()
-    if chromium is None:
-        if under_ci():
-            raise AssertionError("Chromium is required under CI")
-        pytest.skip("no Chromium")
-    with serve(HTML, PREFIX) as base, playwright_sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            for old, new in (("04-whys", "04b-subspaces-positions"), ("05-causal", "05b-kv-cache")):
-                anchor = next(a for a, target in _redirects(old).items()
-                              if Path(target).stem == new)
-                page.goto(f"{base}/chapters/{old}.html#{anchor}")
-                page.wait_for_url(f"**/chapters/{new}.html#{anchor}", timeout=10_000)
-                assert page.locator(f'[id="{anchor}"]').count() == 1
-        finally:
-            browser.close()
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        for old, new in (("04-whys", "04b-subspaces-positions"), ("05-causal", "05b-kv-cache")):
+            anchor = next(a for a, target in _redirects(old).items()
+                          if Path(target).stem == new)
+            page.goto(f"{site}/chapters/{old}.html#{anchor}")
+            page.wait_for_url(f"**/chapters/{new}.html#{anchor}", timeout=10_000)
+            assert page.locator(f'[id="{anchor}"]').count() == 1
+    finally:
+        context.close()
