@@ -109,18 +109,18 @@ pdf: $(STAMP) $(NODE_STAMP) latex-deps
 	@echo "Built: $(BUILD)/pdf/$(PDF_NAME) ($$(pdfinfo $(BUILD)/pdf/$(PDF_NAME) 2>/dev/null | sed -n 's/^Pages: *//p') pages), copied into $(BUILD)/html"
 
 # -n auto: the tests run in one pytest-xdist worker per core (the browser tests read the
-# site built above). The timing tests run alone afterwards: under xdist they would time
-# the other worker too.
+# site built above; loadgroup keeps the tests of one page on one worker, see conftest.py).
+# The timing tests run alone afterwards: under xdist they would time the other worker too.
 test: html browser-deps
 	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
-	$(VENV)/bin/pytest -n auto -m "not timing and not slow"
+	$(VENV)/bin/pytest -n auto --dist loadgroup -m "not timing and not slow"
 	$(VENV)/bin/pytest -m timing
 
 # The tests marked slow (pyproject.toml): the PDF's text and figures, each published notebook
 # run top to bottom in a fresh venv, each chapter's copied listing in a fresh interpreter, and
 # the builds of small books that break things on purpose (cache, failing cells, cleanup).
 test-slow: html pdf browser-deps
-	$(VENV)/bin/pytest -n auto -m slow
+	$(VENV)/bin/pytest -n auto --dist loadgroup -m slow
 
 # Package tests only: no book build, no browser.
 test-fast: $(STAMP)

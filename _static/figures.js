@@ -2,19 +2,22 @@
  *
  * Figures are SVG with their text kept as text (selfattn.plotting.use_book_style).
  * A browser shrinks a figure to the column; a figure drawn wide (two or three panels
- * side by side) would then show its labels at 5-7 CSS px on a 390 px phone. Rule:
- * no figure text is rendered below MIN_TEXT_PX. For each figure this script reads the
- * SVG's smallest font size (in SVG user units) and its viewBox width, and gives the
+ * side by side) would then show its labels at 5-7 CSS px on a 390 px phone. The book
+ * draws every figure at most 5.5 in wide with text of at least 10.5 pt, so on a 390 px
+ * phone (a 342 px figure box) it fits with its text at >= 9 CSS px and this script
+ * changes nothing; it is the safety net for a narrower screen or a figure that breaks
+ * the rule. Rule: no figure text is rendered below MIN_TEXT_PX. For each figure this
+ * script reads the SVG's smallest font size (in SVG user units) and its viewBox width, and gives the
  * image the minimum width at which that text is MIN_TEXT_PX; a figure that then does
  * not fit the column scrolls sideways inside its own box (.selfattn-figure-scroll),
  * like a wide table. tests/test_reader.py measures the same rule in the browser.
  */
 (function () {
-  const MIN_TEXT_PX = 9.5;
+  const MIN_TEXT_PX = 9;  // the same floor as tests/test_reader.py
 
   function smallestFont(svg) {
     let smallest = Infinity;
-    svg.querySelectorAll("text").forEach((t) => {
+    svg.querySelectorAll("text, tspan").forEach((t) => {
       const style = (t.getAttribute("style") || "") + ";font-size:" + (t.getAttribute("font-size") || "");
       const m = style.match(/font(?:-size)?:[^;]*?([\d.]+)px/);
       if (m) smallest = Math.min(smallest, parseFloat(m[1]));

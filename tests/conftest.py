@@ -43,3 +43,12 @@ def browser() -> Iterator[object]:
         browser = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests of one page go to one xdist worker (`--dist loadgroup`), so the
+    read-only tests can share that worker's open copy of the page (test_reader's pool)."""
+    for item in items:
+        rel = getattr(item, "callspec", None) and item.callspec.params.get("rel")
+        if rel and item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group(name=str(rel)))

@@ -47,6 +47,51 @@ def test_glued_numbers_render() -> None:
         assert "Keyerror" not in html, page.name
 
 
+# The book's rule for figures: at most 5.5 in wide, no text below 10.5 pt. Then a 390 px
+# phone shows a whole figure in its 342 px figure box (a 5.5 in figure, 528 CSS px, shrinks
+# to 0.65) with its smallest text at >= 9 CSS px (tests/test_reader.py measures that).
+MAX_FIGURE_INCHES = 5.5
+MIN_FIGURE_FONT_PT = 10.5
+
+
+def chapter_figures() -> list[tuple[str, Path]]:
+    """(page, SVG file) of every figure a chapter cell drew (not the diagrams of images/)."""
+    diagrams = {p.name for p in (ROOT / "images").glob("*.svg")}
+    figures = []
+    for chapter in CHAPTERS:
+        page = HTML / "chapters" / (chapter.stem + ".html")
+        html = page.read_text(encoding="utf-8")
+        for src in re.findall(r'<img[^>]+src="([^"]*_images/[^"]+\.svg)"', html):
+            if Path(src).name not in diagrams:
+                figures.append((page.name, (page.parent / src).resolve()))
+    return figures
+
+
+def test_chapter_figures_are_narrow_with_large_enough_text() -> None:
+    """matplotlib writes an SVG's size in points (72 per inch) and its text sizes in
+    points too (the `px` of the SVG's user units): read both from every figure file. Math
+    text writes its exponents and subscripts in smaller <tspan>s: they count too."""
+    require_built_site()
+    figures = chapter_figures()
+    assert len(figures) >= 20, f"expected the chapters' figures, found {len(figures)}"
+    wide, small = [], []
+    for page, path in figures:
+        svg = path.read_text(encoding="utf-8")
+        width = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', svg)
+        assert width, f"{page} {path.name}: no width in points"
+        inches = float(width.group(1)) / 72
+        if inches > MAX_FIGURE_INCHES + 1e-6:
+            wide.append(f"{page} {path.name}: {inches:.2f} in")
+        sizes = [float(s) for s in
+                 re.findall(r"<(?:text|tspan)[^>]*font(?:-size)?:[^;\"]*?([\d.]+)px", svg)]
+        assert sizes, f"{page} {path.name}: no text elements (text drawn as paths?)"
+        if min(sizes) < MIN_FIGURE_FONT_PT - 1e-6:
+            small.append(f"{page} {path.name}: {min(sizes):g} pt")
+    assert (wide, small) == ([], []), (
+        f"figures wider than {MAX_FIGURE_INCHES} in:\n" + "\n".join(wide)
+        + f"\nfigure text below {MIN_FIGURE_FONT_PT} pt:\n" + "\n".join(small))
+
+
 def _listing(chapter: Path) -> str:
     text = chapter.read_text(encoding="utf-8")
     cells = [src for tags, src in code_cells(text) if "copy-this" in tags]

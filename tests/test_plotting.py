@@ -278,6 +278,32 @@ def test_heatmap_grid_accepts_a_stack_and_torch() -> None:
     np.testing.assert_allclose(panels[2].images[0].get_array(), stack[2].numpy())
 
 
+def test_helpers_draw_figures_a_phone_can_show_whole() -> None:
+    """The book's figure rule (<= 5.5 in saved, so <= 5.3 in drawn; text >= 10.5 pt) holds
+    for every figure a helper sizes itself, however many columns or panels it gets."""
+    import matplotlib as mpl
+
+    use_book_style(inline=False)
+    try:
+        width, _ = BOOK_STYLE["figure.figsize"]
+        assert width <= 5.3
+        sizes = [BOOK_STYLE[k] for k in ("font.size", "axes.titlesize", "axes.labelsize",
+                                        "xtick.labelsize", "ytick.labelsize",
+                                        "legend.fontsize")]
+        assert min(sizes) >= 10.5
+        ax = attention_heatmap(np.full((3, 12), 1 / 12))
+        assert ax.figure.get_figwidth() <= 5.3
+        assert min(t.get_fontsize() for t in ax.texts) >= 10.5  # cell numbers
+        for ncols in (1, 2, 3, 4, 8):
+            fig = heatmap_grid(np.full((8, 4, 4), 0.25), ncols=ncols, panel_size=3.0)
+            assert fig.get_figwidth() <= 5.3, ncols
+            assert min(t.get_fontsize() for t in fig.axes[0].texts) >= 10.5
+        fig = plot_vectors_2d({"a": [1.0, 0.0]}).figure
+        assert fig.get_figwidth() <= 5.3
+    finally:
+        mpl.rcdefaults()
+
+
 def test_heatmap_grid_bad_input() -> None:
     with pytest.raises(ValueError, match="titles: expected 2 titles .*got 1"):
         heatmap_grid([np.eye(2), np.eye(2)], titles=["only one"])

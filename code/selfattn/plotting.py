@@ -77,15 +77,17 @@ BOOK_STYLE: dict[str, Any] = {
     # size and resolution: sharp on screen, small files
     "figure.dpi": 110,
     "savefig.dpi": 110,
-    "figure.figsize": (6.4, 4.0),
+    # at most 5.3 in wide (5.5 in once saved with its margin): a phone shows the whole
+    # figure without sideways scroll and its 10.5 pt text at >= 9 CSS px
+    "figure.figsize": (5.2, 3.4),
     "figure.constrained_layout.use": True,
     # readable fonts
     "font.size": 11,
     "axes.titlesize": 12,
     "axes.labelsize": 11,
-    "xtick.labelsize": 10,
-    "ytick.labelsize": 10,
-    "legend.fontsize": 10,
+    "xtick.labelsize": 10.5,
+    "ytick.labelsize": 10.5,
+    "legend.fontsize": 10.5,
     "legend.frameon": False,
     # SVG output (see use_book_style): text stays text, so it is sharp at any zoom and a
     # test can measure its rendered size; fixed ids so rebuilds give identical files
@@ -98,6 +100,11 @@ BOOK_STYLE: dict[str, Any] = {
 }
 
 _DIGITS_MAX = 12
+#: widest figure a helper draws, in inches (the book's limit is 5.5 in including the
+#: margin matplotlib adds when it saves a figure)
+MAX_FIGURE_WIDTH = 5.3
+#: smallest text in a figure, in points (heatmap numbers included)
+MIN_FONT_SIZE = 10.5
 
 
 # ---------------------------------------------------------------- style
@@ -408,9 +415,10 @@ def _draw_heatmap(ax: Axes, values: np.ndarray, rows: tuple[str, ...] | None,
     if title is not None:
         ax.set_title(title)
     if annotate:
-        # font size from the width of one cell, so that numbers never collide
+        # font size from the width of one cell, never below the book's smallest text:
+        # a figure with many columns is drawn larger (or without annotations) instead
         cell_pt = ax.get_position().width * ax.figure.get_figwidth() * 72 / n_cols
-        size = max(5.5, min(10.0, 0.28 * cell_pt))
+        size = max(MIN_FONT_SIZE, min(11.0, 0.28 * cell_pt))
         for i in range(n_rows):
             for j in range(n_cols):
                 v = values[i, j]
@@ -477,7 +485,7 @@ def attention_heatmap(
     if ax is None:
         import matplotlib.pyplot as plt
 
-        width = min(1.6 + 0.75 * shape[1], 12.0)
+        width = min(1.4 + 0.6 * shape[1], MAX_FIGURE_WIDTH)
         height = min(1.2 + 0.55 * shape[0], 10.0)
         _, ax = plt.subplots(figsize=(width, height))
     image = _draw_heatmap(ax, values, rows, cols, lo=lo, hi=hi, cmap=cmap, annotate=annotate,
@@ -498,7 +506,7 @@ def heatmap_grid(
     matrices: Sequence[Any],
     labels: Sequence[str] | None = None,
     titles: Sequence[str] | None = None,
-    ncols: int = 4,
+    ncols: int = 2,
     *,
     col_labels: Sequence[str] | None = None,
     annotate: bool = True,
@@ -507,7 +515,7 @@ def heatmap_grid(
     vmin: float | None = None,
     vmax: float | None = None,
     suptitle: str | None = None,
-    panel_size: float = 2.6,
+    panel_size: float = 2.2,
     xlabel: str = "key",
     ylabel: str = "query",
 ) -> Figure:
@@ -526,7 +534,8 @@ def heatmap_grid(
         annotate, cmap, digits, vmin, vmax, xlabel, ylabel: as in
             :func:`attention_heatmap`; the colour scale is shared by all panels.
         suptitle: optional title over the whole grid.
-        panel_size: width in inches of one panel.
+        panel_size: width in inches of one panel; reduced when the grid would be
+            wider than ``MAX_FIGURE_WIDTH`` (5.3 in; choose ``ncols`` to keep panels large).
 
     Returns:
         The Figure; ``fig.axes`` holds the panels in order, then the colour bar.
@@ -575,6 +584,7 @@ def heatmap_grid(
     nrows = math.ceil(n / ncols)
     q_len, k_len = panels[0].shape
     aspect = q_len / k_len
+    panel_size = min(float(panel_size), (MAX_FIGURE_WIDTH - 0.8) / ncols)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False,
                              figsize=(panel_size * ncols + 0.8,
                                       (panel_size * aspect + 0.6) * nrows + 0.3))
@@ -588,7 +598,8 @@ def heatmap_grid(
                               annotate=annotate, digits=digits,
                               xlabel=xlabel if i // ncols == nrows - 1 else "",
                               ylabel=ylabel if i % ncols == 0 else "", title=titles[i])
-    fig.colorbar(image, ax=list(axes.flat), shrink=0.85)
+    # one bar beside all rows; aspect grows with the rows so the bar stays thin
+    fig.colorbar(image, ax=list(axes.flat), shrink=0.85, aspect=20 * nrows)
     if suptitle is not None:
         fig.suptitle(suptitle)
     return fig
