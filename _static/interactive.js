@@ -10,6 +10,7 @@
  * and the compiled Vega spec as el.vegaSpec.
  */
 (function () {
+  const CONCAT_AXIS_ROOM = 84;
   function isDark() {
     return document.documentElement.dataset.theme === "dark";
   }
@@ -38,6 +39,13 @@
     // box changes width (sidebars, rotation), so it never overflows the column
     const width = Math.floor(el.getBoundingClientRect().width);
     if (spec.width === "container" && width > 0) spec.width = width;
+    // stacked panels (vconcat): Vega-Lite cannot fit them to a width, so each panel's plot
+    // gets the box's width less room for its y axis (CONCAT_AXIS_ROOM px)
+    (spec.vconcat || []).forEach((panel) => {
+      if (panel.width === "container" && width > 0) {
+        panel.width = Math.max(120, width - CONCAT_AXIS_ROOM);
+      }
+    });
     el.drawnWidth = width;
     const result = await vegaEmbed(box, spec, {
       mode: "vega-lite",

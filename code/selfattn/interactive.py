@@ -16,8 +16,9 @@ An executed cell builds a `Vega-Lite <https://vega.github.io/vega-lite/>`_ spec
 The page only recomputes what a slider or toggle changes, with Vega-Lite
 transforms (``exp``, per-row sums) over the data the cell exported.
 
-:func:`softmax_temperature_spec` and :func:`attention_toggle_spec` build the
-book's two specs. Bad input raises ``TypeError`` or ``ValueError`` naming the
+:func:`softmax_temperature_spec`, :func:`attention_toggle_spec`,
+:func:`score_variance_spec` and :func:`perplexity_temperature_spec` build the
+book's four specs. Bad input raises ``TypeError`` or ``ValueError`` naming the
 argument and the shape seen.
 """
 
@@ -36,6 +37,8 @@ __all__ = [
     "InteractiveFigure",
     "attention_toggle_spec",
     "interactive_figure",
+    "perplexity_temperature_spec",
+    "score_variance_spec",
     "softmax_temperature_spec",
 ]
 
@@ -163,10 +166,11 @@ def softmax_temperature_spec(
         raise ValueError(f"temperature: expected 0 < t_min <= temperature <= t_max and step > 0, "
                          f"got t_min={t_min}, temperature={temperature}, t_max={t_max}, "
                          f"step={step}")
-    values = [{"key": f"key {j} (s = {v:g})", "order": j, "score": float(v)}
+    values = [{"key": f"key {j}: s = {v:g}", "order": j, "score": float(v)}
               for j, v in enumerate(s)]
+    # two-line labels ("key 0" over "s = 2"), so neighbours do not touch on a phone
     x = {"field": "key", "type": "nominal", "sort": None, "title": None,
-         "axis": {"labelAngle": 0, "labelLimit": 90}}
+         "axis": {"labelAngle": 0, "labelLimit": 90, "labelExpr": "split(datum.label, ': ')"}}
     y = {"field": "weight", "type": "quantitative", "scale": {"domain": [0, 1]},
          "title": "weight"}
     return {
@@ -189,7 +193,7 @@ def softmax_temperature_spec(
             {"joinaggregate": [{"op": "sum", "field": "plogp", "as": "entropy"},
                                {"op": "max", "field": "weight", "as": "largest"}]},
             {"calculate": "'largest weight ' + format(datum.largest, '.4f') + "
-                          "'   entropy ' + format(datum.entropy, '.4f') + ' nats'",
+                          "', entropy ' + format(datum.entropy, '.4f') + ' nats'",
              "as": "summary"},
         ],
         "layer": [
@@ -293,5 +297,269 @@ def attention_toggle_spec(
                           "color": {"condition": {"test": "datum.weight > 0.5",
                                                   "value": "white"},
                                     "value": "black"}}},
+        ],
+    }
+
+
+def score_variance_spec(
+    raw_scores: dict[int, Any],
+    scaled_scores: dict[int, Any],
+    *,
+    sigma: float,
+    initial_d_k: int | None = None,
+    bins: int = 61,
+    seeds: dict[int, int] | None = None,
+) -> dict:
+    """Histograms of raw and scaled scores, with a slider for the head size ``d_k``.
+
+    For every ``d_k`` (a power of two) the cell gives the sampled raw scores ``q·k`` and the
+    scaled ones ``q·k/sqrt(d_k)``. The spec exports, per ``d_k`` and kind, the histogram
+    counts (fixed bins, the same for every ``d_k``, so the spread is comparable) and the
+    moments ``n``, ``sum x``, ``sum x²``. The page keeps the rows of the slider's ``d_k``
+    and recomputes each sample variance ``sum x²/n - (sum x/n)²`` from the moments.
+
+    Args:
+        raw_scores: ``{d_k: scores}``, any shape, the unscaled dot products.
+        scaled_scores: ``{d_k: scores}``, the same keys, the scaled dot products.
+        sigma: the standard deviation the queries and keys were drawn with (for the
+            formula ``d_k σ⁴`` the page prints next to the measurement).
+        initial_d_k: the slider's initial ``d_k`` (default: the middle one).
+        bins: number of histogram bins in each panel.
+        seeds: optional ``{d_k: seed}`` the samples were drawn with, exported beside the
+            moments so that a reader (and the tests) can draw them again.
+
+    Returns:
+        a Vega-Lite spec (dict); its slider parameter is ``log2_d_k`` and ``d_k`` is
+        ``2 ** log2_d_k``.
+    """
+    if not isinstance(raw_scores, dict) or not isinstance(scaled_scores, dict) or not raw_scores:
+        raise TypeError("raw_scores, scaled_scores: expected non-empty dicts {d_k: scores}")
+    if sorted(raw_scores) != sorted(scaled_scores):
+        raise ValueError(f"scaled_scores: expected the keys of raw_scores {sorted(raw_scores)}, "
+                         f"got {sorted(scaled_scores)}")
+    d_ks = sorted(raw_scores)
+    for d_k in d_ks:
+        if isinstance(d_k, bool) or not isinstance(d_k, int) or d_k < 1 or d_k & (d_k - 1):
+            raise ValueError(f"raw_scores: expected powers of two as keys (d_k), got {d_k!r}")
+    exps = [d_k.bit_length() - 1 for d_k in d_ks]
+    if exps != list(range(exps[0], exps[-1] + 1)):
+        raise ValueError(f"raw_scores: expected consecutive powers of two, got {d_ks}")
+    if not (isinstance(sigma, (int, float)) and sigma > 0 and math.isfinite(sigma)):
+        raise ValueError(f"sigma: expected a positive number, got {sigma!r}")
+    initial = d_ks[len(d_ks) // 2] if initial_d_k is None else initial_d_k
+    if initial not in raw_scores:
+        raise ValueError(f"initial_d_k: expected one of {d_ks}, got {initial!r}")
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
+        raise ValueError(f"bins: expected an int >= 2, got {bins!r}")
+    if seeds is not None and sorted(seeds) != d_ks:
+        raise ValueError(f"seeds: expected the keys {d_ks}, got {sorted(seeds)}")
+
+    samples = {}
+    for kind, scores in (("raw", raw_scores), ("scaled", scaled_scores)):
+        for d_k in d_ks:
+            x = np.asarray(scores[d_k], dtype=float).ravel()
+            if x.size < 2 or not np.isfinite(x).all():
+                raise ValueError(f"{kind}_scores[{d_k}]: expected at least 2 finite values, "
+                                 f"got shape {np.shape(scores[d_k])}")
+            samples[kind, d_k] = x
+    s4 = float(sigma) ** 4
+    # fixed ranges: 4.5 standard deviations of the widest distribution of each kind
+    half = {"raw": 4.5 * math.sqrt(d_ks[-1] * s4), "scaled": 4.5 * math.sqrt(s4)}
+    moments, counts = [], []
+    for (kind, d_k), x in samples.items():
+        e = d_k.bit_length() - 1
+        row = {"e": e, "kind": kind, "n": int(x.size), "s1": float(x.sum()),
+               "s2": float((x * x).sum())}
+        if seeds is not None:
+            row["seed"] = int(seeds[d_k])
+        moments.append(row)
+        c, _ = np.histogram(x, bins=bins, range=(-half[kind], half[kind]))
+        counts += [{"e": e, "kind": kind, "b": int(b), "c": int(c[b])} for b in np.flatnonzero(c)]
+
+    def panel(kind: str, title: str, var_name: str, formula_name: str, formula: str) -> dict:
+        lo, width = -half[kind], 2 * half[kind] / bins
+        xs = {"field": "x0", "type": "quantitative", "title": title,
+              "scale": {"domain": [-half[kind], half[kind]], "nice": False},
+              "axis": {"tickCount": 8}}
+        return {
+            "width": "container",
+            "height": 150,
+            "layer": [
+                {"name": f"{kind}_bars",
+                 "data": {"name": "counts"},
+                 "transform": [
+                     {"filter": f"datum.e == log2_d_k && datum.kind == '{kind}'"},
+                     {"joinaggregate": [{"op": "sum", "field": "c", "as": "total"}]},
+                     {"calculate": f"{lo!r} + datum.b * {width!r}", "as": "x0"},
+                     {"calculate": f"datum.x0 + {width!r}", "as": "x1"},
+                     {"calculate": "datum.c / datum.total", "as": "share"},
+                 ],
+                 "mark": {"type": "rect", "color": "#4c78a8" if kind == "raw" else "#e45756"},
+                 "encoding": {"x": xs, "x2": {"field": "x1"},
+                              "y": {"field": "share", "type": "quantitative",
+                                    "title": "share of scores", "axis": {"format": ".2f"}}}},
+                {"name": f"{kind}_summary",
+                 "data": {"name": "moments"},
+                 "transform": [
+                     {"filter": f"datum.e == log2_d_k && datum.kind == '{kind}'"},
+                     {"calculate": "datum.s2 / datum.n - pow(datum.s1 / datum.n, 2)",
+                      "as": "variance"},
+                     {"calculate": f"{formula}", "as": "theory"},
+                     {"calculate": f"'{var_name} = ' + format(datum.variance, '.2f') + "
+                                   f"' ({formula_name} = ' + format(datum.theory, 'd') + ')'",
+                      "as": "summary"},
+                 ],
+                 "mark": {"type": "text", "align": "left", "baseline": "bottom", "dy": -6,
+                          "fontSize": 12},
+                 "encoding": {"x": {"value": 0}, "y": {"value": 0},
+                              "text": {"field": "summary", "type": "nominal"}}},
+            ],
+        }
+
+    return {
+        "description": "histograms of raw and scaled dot-product scores for a chosen d_k",
+        "title": {"text": {"expr": "'head size d_k = ' + d_k"}, "anchor": "start",
+                  "fontSize": 13},
+        "datasets": {"counts": counts, "moments": moments},
+        "params": [
+            {"name": "log2_d_k", "value": initial.bit_length() - 1,
+             "bind": {"input": "range", "min": exps[0], "max": exps[-1], "step": 1,
+                      "name": "head size: log₂ d_k "}},
+            {"name": "d_k", "expr": "pow(2, log2_d_k)"},
+        ],
+        "vconcat": [
+            panel("raw", "raw score q·k", "Var(q·k)", "d_k σ⁴", f"pow(2, log2_d_k) * {s4!r}"),
+            panel("scaled", "scaled score q·k/√d_k", "Var(q·k/√d_k)", "σ⁴", f"{s4!r}"),
+        ],
+        "spacing": 28,
+    }
+
+
+def perplexity_temperature_spec(
+    logits: Any,
+    targets: Any,
+    *,
+    temperature: float = 1.0,
+    t_min: float = 0.25,
+    t_max: float = 4.0,
+    step: float = 0.05,
+    curve_points: int = 61,
+    digits: int = 9,
+    floor: float | None = None,
+) -> dict:
+    """Perplexity of ``softmax(logits / T)`` on the targets, with a slider for ``T``.
+
+    The cell exports the logits of ``N`` scored positions (each with its target) and the
+    curve of perplexity against ``T``, computed here with
+    :func:`selfattn.perplexity.perplexity` on a log-spaced grid from ``t_min`` to
+    ``t_max``. For the slider's ``T`` the page recomputes, per position, the log-softmax of
+    ``logits / T`` (shifted by the row maximum), the cross-entropy of the target, their
+    mean over the positions and its ``exp``: the perplexity, marked on the curve.
+
+    Args:
+        logits: ``(N, V)`` next-token logits, one row per scored position.
+        targets: ``(N,)`` the token that came next at each position, ints in ``[0, V)``.
+        temperature: the slider's initial ``T``.
+        t_min, t_max, step: the slider's range (``0 < t_min <= temperature <= t_max``).
+        curve_points: number of grid points of the exported curve (at least 2).
+        digits: the logits are exported rounded to this many significant digits (9 keep
+            a float32 exactly); the curve is computed from the exported values.
+        floor: optional perplexity drawn as a dashed line (e.g. the source's floor).
+
+    Returns:
+        a Vega-Lite spec (dict); its parameter is named ``T``.
+    """
+    from selfattn.perplexity import perplexity
+
+    z = np.asarray(logits, dtype=float)
+    if z.ndim != 2 or z.shape[0] == 0 or z.shape[1] < 2:
+        raise ValueError(f"logits: expected shape (N, V) with N >= 1 and V >= 2, got {z.shape}")
+    if not np.isfinite(z).all():
+        raise ValueError(f"logits: expected finite values (shape {z.shape})")
+    y = np.asarray(targets)
+    if y.shape != z.shape[:1]:
+        raise ValueError(f"targets: expected shape ({z.shape[0]},) to match logits {z.shape}, "
+                         f"got {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= z.shape[1]:
+        raise ValueError(f"targets: expected ints in [0, {z.shape[1]}), got dtype {y.dtype}, "
+                         f"range [{y.min()}, {y.max()}]")
+    if not 0 < t_min <= temperature <= t_max or step <= 0:
+        raise ValueError(f"temperature: expected 0 < t_min <= temperature <= t_max and step > 0, "
+                         f"got t_min={t_min}, temperature={temperature}, t_max={t_max}, "
+                         f"step={step}")
+    if isinstance(curve_points, bool) or not isinstance(curve_points, int) or curve_points < 2:
+        raise ValueError(f"curve_points: expected an int >= 2, got {curve_points!r}")
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 17:
+        raise ValueError(f"digits: expected an int in [1, 17], got {digits!r}")
+    if floor is not None and not (isinstance(floor, (int, float)) and 0 < floor < math.inf):
+        raise ValueError(f"floor: expected a positive number, got {floor!r}")
+    z = np.array([[float(f"{v:.{digits}g}") for v in row] for row in z])  # what the page gets
+    grid = np.geomspace(t_min, t_max, curve_points)
+    curve = [{"t": float(t), "ppl": perplexity(z[None] / t, y[None])} for t in grid]
+    if not all(math.isfinite(c["ppl"]) for c in curve):
+        raise ValueError(f"logits: perplexity overflows at T = {t_min}; raise t_min")
+    values = [{"p": i, "y": int(y[i]), "z": [float(v) for v in z[i]]} for i in range(len(z))]
+    x = {"field": "t", "type": "quantitative", "title": "temperature T",
+         "scale": {"type": "log", "domain": [t_min, t_max], "nice": False},
+         "axis": {"values": [v for v in (0.1, 0.25, 0.5, 1, 2, 4, 10) if t_min <= v <= t_max]}}
+    ppls = [c["ppl"] for c in curve] + ([] if floor is None else [float(floor)])
+    y_lo, y_hi = 0.85 * min(ppls), 1.15 * max(ppls)
+    y_ppl = {"field": "ppl", "type": "quantitative", "title": "perplexity",
+             "scale": {"type": "log", "domain": [y_lo, y_hi], "nice": False},
+             "axis": {"values": [v for v in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
+                                 if y_lo <= v <= y_hi]}}
+    return {
+        "description": "perplexity of a model's next-token distribution at temperature T",
+        "width": "container",
+        "height": 220,
+        "autosize": {"type": "fit-x", "contains": "padding"},
+        "params": [{"name": "T", "value": temperature,
+                    "bind": {"input": "range", "min": t_min, "max": t_max, "step": step,
+                             "name": "temperature T "}}],
+        "datasets": {"logits": values, "curve": curve},
+        "layer": [
+            *([] if floor is None else [
+                {"name": "floor", "data": {"values": [{"ppl": float(floor)}]},
+                 "layer": [
+                     {"mark": {"type": "rule", "strokeDash": [6, 4], "color": "#888888"},
+                      "encoding": {"y": y_ppl}},
+                     {"mark": {"type": "text", "align": "left", "baseline": "top", "dy": 3,
+                               "dx": 3, "fontSize": 12},
+                      "encoding": {"y": y_ppl, "x": {"value": 0},
+                                   "text": {"value": f"floor {floor:.3f}"}}},
+                 ]}]),
+            {"name": "curve", "data": {"name": "curve"},
+             "mark": {"type": "line", "color": "#4c78a8", "strokeWidth": 2},
+             "encoding": {"x": x, "y": y_ppl}},
+            {"name": "current", "data": {"name": "logits"},
+             "transform": [
+                 {"calculate": "datum.z[datum.y]", "as": "zy"},  # the target's logit
+                 {"flatten": ["z"]},  # one row per (position, token)
+                 {"joinaggregate": [{"op": "max", "field": "z", "as": "zmax"}],
+                  "groupby": ["p"]},
+                 # shift by the row maximum before exp, as selfattn.log_softmax does
+                 {"calculate": "exp((datum.z - datum.zmax) / T)", "as": "e"},
+                 {"aggregate": [{"op": "sum", "field": "e", "as": "esum"}],
+                  "groupby": ["p", "zy", "zmax"]},
+                 # -log softmax(z / T)[y], one row per position
+                 {"calculate": "log(datum.esum) - (datum.zy - datum.zmax) / T", "as": "nll"},
+                 {"aggregate": [{"op": "mean", "field": "nll", "as": "ce"},
+                                {"op": "count", "as": "positions"}]},
+                 {"calculate": "exp(datum.ce)", "as": "ppl"},
+                 {"calculate": "T", "as": "t"},
+                 {"calculate": "'T = ' + format(T, '.2f') + ': perplexity ' + "
+                               "format(datum.ppl, '.4f')", "as": "summary"},
+             ],
+             "layer": [
+                 {"name": "point",
+                  "mark": {"type": "point", "filled": True, "size": 90, "color": "#e45756",
+                           "opacity": 1},
+                  "encoding": {"x": x, "y": y_ppl}},
+                 {"name": "summary",
+                  "mark": {"type": "text", "align": "left", "baseline": "bottom", "dy": -8,
+                           "fontSize": 12},
+                  "encoding": {"x": {"value": 0}, "y": {"value": 0},
+                               "text": {"field": "summary", "type": "nominal"}}},
+             ]},
         ],
     }
