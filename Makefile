@@ -2,8 +2,8 @@
 #
 #   make html    create .venv if needed, install pinned deps + the package, execute and build the book
 #   make test    the same set-up, then the test suite (package, built pages, browser): ~2 min
-#   make test-slow  what `make test` leaves out: the PDF, every published notebook in a fresh
-#                venv, copied listings in a fresh interpreter, fault-injection builds (CI runs both)
+#   make test-slow  what `make test` leaves out: browser sweeps over every page, page budget,
+#                the PDF, published notebooks in a fresh venv, fault-injection builds (CI runs both)
 #   make serve   live-reloading preview on http://127.0.0.1:8000
 #   make clean   remove the build (keeps .venv)
 #   make diagrams  redraw the SVG diagrams in images/ (commit the result)
@@ -110,17 +110,18 @@ pdf: $(STAMP) $(NODE_STAMP) latex-deps
 
 # -n auto: the tests run in one pytest-xdist worker per core (the browser tests read the
 # site built above; loadgroup keeps the tests of one page on one worker, see conftest.py).
-# The timing tests run alone afterwards: under xdist they would time the other worker too.
 test: html browser-deps
 	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
 	$(VENV)/bin/pytest -n auto --dist loadgroup -m "not timing and not slow"
-	$(VENV)/bin/pytest -m timing
 
-# The tests marked slow (pyproject.toml): the PDF's text and figures, each published notebook
-# run top to bottom in a fresh venv, each chapter's copied listing in a fresh interpreter, and
-# the builds of small books that break things on purpose (cache, failing cells, cleanup).
+# The tests marked slow (pyproject.toml): the browser sweeps over every page (axe in light
+# and dark, dark mode, 390 px width, figures, math boxes), the PDF's text and figures, each
+# published notebook run top to bottom in a fresh venv, each chapter's copied listing in a
+# fresh interpreter, and the builds of small books that break things on purpose. The timing
+# tests (page budget) run alone afterwards: under xdist they would time the other worker too.
 test-slow: html pdf browser-deps
-	$(VENV)/bin/pytest -n auto --dist loadgroup -m slow
+	$(VENV)/bin/pytest -n auto --dist loadgroup -m "slow and not timing"
+	$(VENV)/bin/pytest -m timing
 
 # Package tests only: no book build, no browser.
 test-fast: $(STAMP)

@@ -302,6 +302,7 @@ def test_without_javascript_the_static_fallback_shows(browser: object, site: str
             assert img.bounding_box()["width"] > 200
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", PAGES)
 def test_phone_width_no_sideways_scroll(browser: object, site: str, rel: str) -> None:
     with Visit(browser, site, rel, viewport={"width": 390, "height": 844}) as visit:
@@ -335,6 +336,7 @@ el => Array.from(el.querySelectorAll('svg text'))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", PAGES)
 def test_dark_mode_text_is_light(browser: object, site: str, rel: str) -> None:
     for scheme in ("light", "dark"):

@@ -140,6 +140,7 @@ def test_citations_resolve_to_the_bibliography() -> None:
 
 # --- exercises, copy buttons -------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_exercise_solution_hidden_until_clicked(browser: object, site: str, rel: str) -> None:
     context, page = open_page(browser, site, rel)
@@ -211,6 +212,7 @@ def test_repository_buttons_and_last_updated(rel: str) -> None:
 
 # --- dark mode --------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_dark_mode_text_math_and_figures_readable(browser: object, site: str, rel: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -288,6 +290,7 @@ def test_search_finds_the_right_sections(browser: object, site: str, term: str,
 
 # --- small screens, accessibility, 404, budget -----------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", ALL_PAGES)
 def test_phone_width_has_no_horizontal_page_scroll(browser: object, site: str, rel: str) -> None:
     context, page = open_page(browser, site, rel, shared=True, viewport=PHONE_VIEW)
@@ -302,6 +305,7 @@ def test_phone_width_has_no_horizontal_page_scroll(browser: object, site: str, r
         context.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", ["index.html", "glossary.html", *CHAPTER_PAGES])
 def test_accessibility_basics(browser: object, site: str, rel: str) -> None:
     context, page = open_page(browser, site, rel, shared=True, color_scheme="light",
@@ -450,6 +454,7 @@ DISPLAY_MATH_JS = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", ALL_PAGES)
 def test_display_math_fits_or_scrolls_in_its_own_box_on_a_phone(
     browser: object, site: str, rel: str
@@ -496,6 +501,7 @@ def svg_text_metrics(path: Path) -> tuple[float, float]:
     return float(view_box.group(1).split()[2]), min(sizes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_figures_fit_a_phone_with_readable_text(browser: object, site: str, rel: str) -> None:
     """Rule: every figure is an SVG whose text is text, and at 390 px the whole figure fits
@@ -581,6 +587,7 @@ SCROLL_BOXES_JS = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_boxes_that_scroll_sideways_show_a_hint_on_a_phone(
     browser: object, site: str, rel: str
@@ -600,6 +607,7 @@ def test_boxes_that_scroll_sideways_show_a_hint_on_a_phone(
         context.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_matrix_tables_follow_dark_mode(browser: object, site: str, rel: str) -> None:
     context, page = open_page(browser, site, rel, shared=True, color_scheme="dark",
@@ -742,6 +750,7 @@ async () => {
 AXE_COUNTS: dict[str, int] = {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("rel", ALL_PAGES)
 def test_axe_finds_no_serious_or_critical_violations(
