@@ -41,6 +41,7 @@ def _chapter_sources() -> str:
     return "\n".join(p.read_text(encoding="utf-8") for p in sorted(CHAPTERS.glob("*.md")))
 
 
+@pytest.mark.slow
 def test_committed_svgs_are_what_the_script_draws(tmp_path: Path) -> None:
     drawn = {p.name: p.read_bytes() for p in diagrams.draw_all(tmp_path)}
     committed = {p.name: p.read_bytes() for p in IMAGES.iterdir() if p.suffix in (".svg", ".pdf")}

@@ -144,6 +144,7 @@ CONTRAST_JS = """
 
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.parametrize("rel", ["chapters/02-qkv.html", "chapters/04-whys.html", "index.html"])
 def test_printing_in_dark_mode_gives_dark_text_on_white(browser: object, rel: str) -> None:

@@ -646,6 +646,7 @@ def run_like_a_repl(code: str, namespace: dict) -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_api_examples_copy_as_runnable_code(browser: object, site: str) -> None:
     """The copy button of every `>>>` example on the API page puts only the code on
     the clipboard; run in its module's namespace (as doctest does), it prints exactly
