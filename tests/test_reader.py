@@ -355,26 +355,37 @@ def test_404_page(browser: object, site: str) -> None:
 @pytest.mark.timing  # a time budget means nothing while other tests share the cores
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_page_budget(browser: object, site: str, rel: str) -> None:
-    context = browser.new_context()
-    page = context.new_page()
+    """First-load bytes (gzip, as hosts send them) and the time until math is typeset.
+
+    The time is the median of three first loads, each in a fresh context (empty cache):
+    one hiccup of a shared CI machine does not decide it, a page that is slow every time
+    still fails."""
     wire: list[int] = []  # bytes over the wire (gzip where the server compresses, as hosts do)
     raw: list[int] = []  # bytes after decompression
-    page.on("requestfinished", lambda req: wire.append(req.sizes()["responseBodySize"]))
-    page.on("response", lambda r: raw.append(len(r.body()) if r.ok else 0))
-    try:
-        page.goto(f"{site}/{rel}", wait_until="load")
-        timing = page.evaluate(WAIT_MATH_JS)
-        typeset_ms = timing["typeset"]
-        page.wait_for_load_state("networkidle")
-        total = sum(wire)
-        BUDGET[rel] = {"bytes": total, "bytes_uncompressed": sum(raw),
-                       **{f"{k}_s": round(v / 1000, 3) for k, v in timing.items()}}
-        (ROOT / "_build").mkdir(exist_ok=True)
-        (ROOT / "_build" / "page-budget.json").write_text(json.dumps(BUDGET, indent=1))
-        assert total <= MAX_PAGE_BYTES, f"{rel}: first load {total} bytes"
-        assert typeset_ms / 1000 <= MAX_TYPESET_SECONDS, f"{rel}: math typeset at {typeset_ms} ms"
-    finally:
-        context.close()
+    timings = []
+    for attempt in range(3):
+        context = browser.new_context()
+        page = context.new_page()
+        if attempt == 0:  # count bytes on the first load only: reading bodies costs time
+            page.on("requestfinished", lambda req: wire.append(req.sizes()["responseBodySize"]))
+            page.on("response", lambda r: raw.append(len(r.body()) if r.ok else 0))
+        try:
+            page.goto(f"{site}/{rel}", wait_until="load")
+            timings.append(page.evaluate(WAIT_MATH_JS))
+            page.wait_for_load_state("networkidle")
+        finally:
+            context.close()
+    timing = sorted(timings, key=lambda t: t["typeset"])[1]  # the median load
+    typeset_ms = timing["typeset"]
+    total = sum(wire)
+    BUDGET[rel] = {"bytes": total, "bytes_uncompressed": sum(raw),
+                   **{f"{k}_s": round(v / 1000, 3) for k, v in timing.items()},
+                   "typeset_s_each": [round(t["typeset"] / 1000, 3) for t in timings]}
+    (ROOT / "_build").mkdir(exist_ok=True)
+    (ROOT / "_build" / "page-budget.json").write_text(json.dumps(BUDGET, indent=1))
+    assert total <= MAX_PAGE_BYTES, f"{rel}: first load {total} bytes"
+    assert typeset_ms / 1000 <= MAX_TYPESET_SECONDS, (
+        f"{rel}: math typeset at {typeset_ms} ms (median of {BUDGET[rel]['typeset_s_each']} s)")
 
 
 # --- phones and tablets: sidebars ------------------------------------------------
@@ -711,7 +722,8 @@ def ring_visible(style: dict) -> bool:
 
 @pytest.mark.parametrize("target", list(FOCUS_TARGETS))
 def test_keyboard_focus_is_visible(browser: object, site: str, target: str) -> None:
-    context, page = open_page(browser, site, CHAPTER_PAGES[1],
+    # one shared page for the five targets: each test moves the focus, nothing else
+    context, page = open_page(browser, site, CHAPTER_PAGES[1], shared=True,
                               viewport={"width": 1280, "height": 900})
     try:
         el = page.locator(FOCUS_TARGETS[target]).first
