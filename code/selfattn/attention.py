@@ -141,6 +141,18 @@ def _check_qk(query: Any, key: Any) -> None:
     _broadcast_leading(["query", "key"], [query, key])
 
 
+def _check_qkv(query: Any, key: Any, value: Any, value_legend: str = _V_LEGEND) -> None:
+    """Validate ``query`` and ``key`` (see :func:`_check_qk`) and ``value``
+    (..., k_len, head_dim_v): same backend and dtype, as many rows as ``key``."""
+    _check_qk(query, key)
+    check_array("value", value)
+    _check_same_backend("value", value, "query", query)
+    _check_operand("value", value, value_legend)
+    check_dim("value", value, -2, shape_of(key)[-2],
+              f"k_len of key, whose shape is {shape_of(key)}")
+    _broadcast_leading(["query", "key", "value"], [query, key, value])
+
+
 def _prepare_mask(mask: Any, query: Any, scores_shape: tuple[int, ...]) -> Any:
     """Validate ``mask`` and return it in the backend / dtype / device of ``query``.
 
@@ -337,13 +349,7 @@ def scaled_dot_product_attention(
                [0.25, 0.75]])
     """
     # 1. validate the inputs (see the module docstring)
-    _check_qk(query, key)
-    check_array("value", value)
-    _check_same_backend("value", value, "query", query)
-    _check_operand("value", value, _V_LEGEND)
-    check_dim("value", value, -2, shape_of(key)[-2],
-              f"k_len of key, whose shape is {shape_of(key)}")
-    _broadcast_leading(["query", "key", "value"], [query, key, value])
+    _check_qkv(query, key, value)
     factor = _resolve_scale(scale, shape_of(query)[-1])
     lead = tuple(np.broadcast_shapes(shape_of(query)[:-2], shape_of(key)[:-2]))
     scores_shape = lead + (shape_of(query)[-2], shape_of(key)[-2])  # (..., q_len, k_len)

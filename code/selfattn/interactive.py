@@ -139,6 +139,13 @@ def _vector(name: str, x: Any) -> np.ndarray:
     return arr
 
 
+def _slider(name: str, value: float, low: float, high: float, step: float,
+            label: str) -> dict:
+    """A Vega-Lite parameter bound to a range input (the page's slider)."""
+    return {"name": name, "value": value,
+            "bind": {"input": "range", "min": low, "max": high, "step": step, "name": label}}
+
+
 def softmax_temperature_spec(
     scores: Any,
     *,
@@ -178,9 +185,7 @@ def softmax_temperature_spec(
         "width": "container",
         "height": 200,
         "autosize": {"type": "fit-x", "contains": "padding"},
-        "params": [{"name": "T", "value": temperature,
-                    "bind": {"input": "range", "min": t_min, "max": t_max, "step": step,
-                             "name": "temperature T "}}],
+        "params": [_slider("T", temperature, t_min, t_max, step, "temperature T ")],
         "data": {"values": values},
         "transform": [
             {"joinaggregate": [{"op": "max", "field": "score", "as": "smax"}]},
@@ -422,9 +427,8 @@ def score_variance_spec(
                   "fontSize": 13},
         "datasets": {"counts": counts, "moments": moments},
         "params": [
-            {"name": "log2_d_k", "value": initial.bit_length() - 1,
-             "bind": {"input": "range", "min": exps[0], "max": exps[-1], "step": 1,
-                      "name": "head size: log₂ d_k "}},
+            _slider("log2_d_k", initial.bit_length() - 1, exps[0], exps[-1], 1,
+                    "head size: log₂ d_k "),
             {"name": "d_k", "expr": "pow(2, log2_d_k)"},
         ],
         "vconcat": [
@@ -513,9 +517,7 @@ def perplexity_temperature_spec(
         "width": "container",
         "height": 220,
         "autosize": {"type": "fit-x", "contains": "padding"},
-        "params": [{"name": "T", "value": temperature,
-                    "bind": {"input": "range", "min": t_min, "max": t_max, "step": step,
-                             "name": "temperature T "}}],
+        "params": [_slider("T", temperature, t_min, t_max, step, "temperature T ")],
         "datasets": {"logits": values, "curve": curve},
         "layer": [
             *([] if floor is None else [

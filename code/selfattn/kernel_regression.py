@@ -52,9 +52,9 @@ from typing import Any
 
 import numpy as np
 
-from selfattn._checks import check_array, check_dim, check_finite, shape_of
+from selfattn._checks import check_finite, shape_of
 from selfattn.array_types import Array
-from selfattn.attention import _broadcast_leading, _check_operand, _check_qk, _check_same_backend
+from selfattn.attention import _check_operand, _check_qk, _check_qkv
 from selfattn.softmax import softmax
 
 __all__ = ["gaussian_kernel_scores", "gaussian_key_bias", "nadaraya_watson"]
@@ -187,13 +187,7 @@ def nadaraya_watson(
         >>> prediction  # halfway between the two keys: the mean of the two values
         array([[5.]])
     """
-    _check_qk(query, key)
-    check_array("value", value)
-    _check_same_backend("value", value, "query", query)
-    _check_operand("value", value, _V_LEGEND)
-    check_dim("value", value, -2, shape_of(key)[-2],
-              f"k_len of key, whose shape is {shape_of(key)}")
-    _broadcast_leading(["query", "key", "value"], [query, key, value])
+    _check_qkv(query, key, value, _V_LEGEND)
     scores = gaussian_kernel_scores(query, key, bandwidth)  # (..., q_len, k_len)
     weights = softmax(scores, axis=-1)  # (..., q_len, k_len), rows sum to 1
     prediction = weights @ value  # (..., q_len, k_len) @ (..., k_len, d_v) -> (..., q_len, d_v)
