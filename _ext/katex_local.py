@@ -8,7 +8,10 @@ that same KaTeX so the versions always match:
 
 * ``_static/katex/katex.min.css`` and ``_static/katex/fonts/``;
 * strict rendering: a formula KaTeX cannot parse fails the build instead of
-  showing red source text on the page.
+  showing red source text on the page;
+* a ``<link rel="preload">`` for the two fonts nearly every formula is drawn in
+  (KaTeX_Main, KaTeX_Math italic) on each page with math: otherwise the browser
+  asks for them only once it has styled the first formula, after the CSS.
 
 It sets ``katex_css_path`` and ``katex_js_path`` itself. Configuration
 (``conf.py``): ``katex_local_dist``, the ``katex/dist`` folder.
@@ -17,6 +20,7 @@ It sets ``katex_css_path`` and ``katex_js_path`` itself. Configuration
 from __future__ import annotations
 
 import atexit
+import re
 import shutil
 import socket
 import time
@@ -58,6 +62,27 @@ def _stage_assets(app: Sphinx) -> None:
     # (sphinxcontrib.katex hands katex_js_path to its Node server).
     app.config.katex_js_path = str(dist / "katex.min.js")
     sphinx_katex.KATEX_DEFAULT_OPTIONS.update(STRICT_OPTIONS)
+
+
+# The fonts of the first screen of math: KaTeX_Main (digits, operators, upright
+# letters) for every formula, KaTeX_Math italic for variables (class "mathnormal").
+# Other faces (AMS, Size1-4, bold) are used by a few formulas further down and
+# load when their section is drawn.
+PRELOAD_FONTS = {"katex": "KaTeX_Main-Regular.woff2", "mathnormal": "KaTeX_Math-Italic.woff2"}
+
+
+def _preload_fonts(app: Sphinx, pagename: str, templatename: str, context: dict,
+                   doctree: object) -> None:
+    """Add preload links for the KaTeX fonts the page's formulas start with."""
+    body = context.get("body", "")
+    links = [
+        f'<link rel="preload" href="{context["pathto"]("_static/katex/fonts/" + font, 1)}"'
+        ' as="font" type="font/woff2" crossorigin>'
+        for css_class, font in PRELOAD_FONTS.items()
+        if re.search(rf'class="(?:[^"]* )?{css_class}(?: [^"]*)?"', body)
+    ]
+    if links:
+        context["metatags"] = context.get("metatags", "") + "\n".join(links) + "\n"
 
 
 def _stop_server(app: Sphinx, exception: Exception | None) -> None:
@@ -113,5 +138,6 @@ def setup(app: Sphinx) -> dict:
         raise ExtensionError("katex_local needs sphinxcontrib.katex listed before it")
     app.add_config_value("katex_local_dist", "node_modules/katex/dist", "env")
     app.connect("builder-inited", _stage_assets, priority=400)  # before sphinxcontrib.katex
+    app.connect("html-page-context", _preload_fonts)
     app.connect("build-finished", _stop_server)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

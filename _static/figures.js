@@ -44,11 +44,24 @@
     }
   }
 
-  function setup() {
-    const figures = Array.from(document.querySelectorAll(".cell_output img[src$='.svg']"));
-    Promise.all(figures.map(fit)).then(() => {
+  // Figures load lazily (loading="lazy"): each is measured once it has loaded, so a
+  // figure far down the page costs nothing until the reader nears it (the fetch
+  // below then comes from the cache).
+  function whenLoaded(img) {
+    return new Promise((resolve) => {
+      img.addEventListener("load", () => fit(img).then(resolve), { once: true });
+      img.addEventListener("error", resolve, { once: true });
+    }).then(() => {
       if (window.selfattnScrollHints) window.selfattnScrollHints();  // scroll-hints.js
     });
+  }
+
+  function setup() {
+    const figures = Array.from(document.querySelectorAll(".cell_output img[src$='.svg']"));
+    Promise.all(figures.filter((img) => img.complete).map(fit)).then(() => {
+      if (window.selfattnScrollHints) window.selfattnScrollHints();  // scroll-hints.js
+    });
+    figures.filter((img) => !img.complete).forEach(whenLoaded);
   }
   if (document.readyState !== "loading") setup();
   else document.addEventListener("DOMContentLoaded", setup);

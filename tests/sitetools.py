@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,6 +114,35 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--disable-dev-shm-usage",
 ]
+
+
+class RequestWatch:
+    """The requests a page has started and not yet finished, followed from before goto.
+
+    Playwright's ``wait_for_load_state("networkidle")`` sometimes never resolves on a
+    page whose requests have all finished (seen on api.html: Chromium reports
+    networkIdle, every request seen has finished, Playwright still waits 30 s).
+    ``settle`` waits for what the tests mean by it: no request in flight for
+    ``quiet`` seconds, so a late request (an external one, say) is still seen."""
+
+    def __init__(self, page: object) -> None:
+        self.page = page
+        self.pending: dict[int, object] = {}
+        page.on("request", lambda r: self.pending.__setitem__(id(r), r))
+        page.on("requestfinished", lambda r: self.pending.pop(id(r), None))
+        page.on("requestfailed", lambda r: self.pending.pop(id(r), None))
+
+    def settle(self, quiet: float = 0.5, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            if self.pending:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet:
+                return
+            self.page.wait_for_timeout(50)  # lets Playwright deliver the request events
+        urls = [r.url for r in self.pending.values()]
+        raise AssertionError(f"requests still in flight after {timeout} s: {urls}")
 
 
 def under_ci() -> bool:

@@ -18,6 +18,7 @@ import pytest
 from sitetools import (
     HTML,
     PREFIX,
+    RequestWatch,
     built_pages,
     require_built_site,
     serve,
@@ -37,7 +38,7 @@ async () => {
   let untypeset = 0;
   math.forEach(el => { if (!el.querySelector('.katex')) untypeset += 1; });
   const faces = Array.from(document.fonts)
-    .map(f => ({family: f.family.replace(/"/g, ''), status: f.status}))
+    .map(f => ({family: f.family.replace(/"/g, ''), status: f.status, style: f.style}))
     .filter(f => f.family.startsWith('KaTeX'));
   const first = document.querySelector('.katex');
   return {
@@ -47,16 +48,28 @@ async () => {
     errors: document.querySelectorAll('.katex-error').length,
     fonts_loaded: faces.filter(f => f.status === 'loaded').map(f => f.family),
     fonts_failed: faces.filter(f => f.status === 'error').map(f => f.family),
+    faces_loaded: faces.filter(f => f.status === 'loaded').map(f => f.family + ' ' + f.style),
+    preloaded: Array.from(document.querySelectorAll('link[rel=preload][as=font]'))
+      .map(l => l.href.split('/').pop()),
     font_family: first ? getComputedStyle(first).fontFamily : null,
   };
 }
 """
 
+# Figures load lazily (_ext/lazy_images.py): the check asks for every image now, the
+# dark twins hidden in light mode included, and waits until each is decoded or broken.
 IMAGES_JS = """
-() => Array.from(document.images).map(img => ({
-  src: img.currentSrc || img.src, complete: img.complete, width: img.naturalWidth,
-  alt: img.getAttribute('alt')
-}))
+async () => {
+  const imgs = Array.from(document.images);
+  const lazy = imgs.filter(img => img.getAttribute('loading') === 'lazy')
+    .map(img => img.getAttribute('src'));
+  imgs.forEach(img => { img.loading = 'eager'; });
+  await Promise.all(imgs.map(img => img.decode().catch(() => null)));
+  return imgs.map(img => ({
+    src: img.currentSrc || img.src, complete: img.complete, width: img.naturalWidth,
+    alt: img.getAttribute('alt'), lazy: lazy.includes(img.getAttribute('src')),
+  }));
+}
 """
 
 
@@ -78,6 +91,7 @@ class PageVisit:
         self.page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
         self.page.on("console", self._console)
         self.page.on("requestfailed", lambda req: self.failed.append(req.url))
+        self.requests = RequestWatch(self.page)
         self.response = self.page.goto(f"{base}/{rel}", wait_until="load")
 
     def _route(self, host: str):  # noqa: ANN202
@@ -111,7 +125,7 @@ def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> Non
         assert visit.response is not None and visit.response.ok, f"{rel}: HTTP error"
         math = visit.page.evaluate(MATH_READY_JS)
         images = visit.page.evaluate(IMAGES_JS)
-        visit.page.wait_for_load_state("networkidle")
+        visit.requests.settle()
         assert visit.external == [], f"{rel} requested other hosts: {visit.external}"
         assert visit.page_errors == [], f"{rel} page errors: {visit.page_errors}"
         assert visit.console_errors == [], f"{rel} console errors: {visit.console_errors}"
@@ -122,11 +136,20 @@ def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> Non
             assert math["typeset"] >= math["math"], f"{rel}: {math}"
             assert "KaTeX_Main" in math["font_family"], f"{rel}: KaTeX CSS not applied: {math}"
             assert {"KaTeX_Main", "KaTeX_Math"} & set(math["fonts_loaded"]), f"{rel}: {math}"
+            # the fonts _ext/katex_local.py preloads are fonts this page draws with:
+            # a preloaded face that is never used would be bytes for nothing
+            assert "KaTeX_Main-Regular.woff2" in math["preloaded"], f"{rel}: {math}"
+            for font in math["preloaded"]:
+                family, variant = font.removesuffix(".woff2").split("-")
+                face = f"{family} {'italic' if 'Italic' in variant else 'normal'}"
+                assert face in math["faces_loaded"], f"{rel}: preloads {font}, draws no {face}"
         else:
             html = (HTML / rel).read_text(encoding="utf-8")
             assert 'class="math' not in html, f"{rel}: math found by the page but not by the test"
         for img in images:
             assert img["complete"] and img["width"] > 0, f"{rel}: image not loaded: {img['src']}"
+            if "/_images/" in img["src"]:
+                assert img["lazy"], f"{rel}: figure not loading=lazy: {img['src']}"
     finally:
         visit.close()
 

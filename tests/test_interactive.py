@@ -278,7 +278,10 @@ def test_temperature_perplexity_matches_selfattn(browser: object, site: str) -> 
         # the point sits on the exported curve, and the prose quotes the same number
         curve_one = next(c["ppl"] for c in data["curve"] if c["t"] == pytest.approx(1.0))
         assert at_one == pytest.approx(curve_one, rel=1e-12)
-        assert f"{at_one:.4f}" in visit.page.inner_text("main")
+        # textContent, not innerText: a section off screen is not laid out
+        # (content-visibility), and innerText leaves out what is not laid out
+        prose = " ".join(visit.page.locator("main p, main li").all_text_contents())
+        assert f"{at_one:.4f}" in prose
         for temperature in (0.5, 2.5):  # two slider positions, set by script
             set_slider(el, temperature)
             check_perplexity(el, logits, targets, temperature)
