@@ -28,6 +28,7 @@ extensions = [
     "sphinxcontrib.bibtex",
     "sphinxcontrib.katex",  # math rendered to HTML at build time (Node + KaTeX)
     "katex_local",  # KaTeX CSS + fonts from node_modules into _static; parse errors fail
+    "offscreen_sections",  # full layout when the reader jumps to a section (custom.css)
     "lazy_images",  # figures load as the reader nears them (loading="lazy")
     "vega_local",  # Vega-Lite from node_modules into _static; loaded only where a figure needs it
     "exec_cache",  # re-executes chapters whenever code/selfattn changes; heals a broken cache

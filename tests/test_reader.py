@@ -394,6 +394,57 @@ def test_page_budget(browser: object, site: str, rel: str) -> None:
         f"{rel}: math typeset at {typeset_ms} ms (median of {BUDGET[rel]['typeset_s_each']} s)")
 
 
+# --- jumps to a section land on it ----------------------------------------------------
+
+JUMP_PAGE = "chapters/04-whys.html"
+TOP_JS = "id => document.getElementById(id).getBoundingClientRect().top"
+
+
+def _settled_top(page: object, anchor: str) -> float:
+    page.wait_for_timeout(1200)  # lazy figures near the target load, sections get drawn
+    return page.evaluate(TOP_JS, anchor)
+
+
+@pytest.mark.slow  # ~20 s a viewport: it waits for figures and sections to settle
+@pytest.mark.parametrize("view", [PHONE_VIEW, DESKTOP_VIEW], ids=["phone", "desktop"])
+def test_jumps_land_on_their_section(browser: object, site: str, view: dict) -> None:
+    """Off-screen sections skip layout (custom.css) and count as 1000 px until drawn;
+    a jump computed from those heights lands elsewhere (before _ext/offscreen_sections.py,
+    #summary landed 1175 px below the top at 1280 px, #ch4-why-softmax 2187 px at 390 px).
+    A link with a fragment and an in-page link must put the section's heading at the top
+    of the window (below the sticky header); a reload and back must return to the same
+    line (lazy figures without a size in the tag moved it by 600-1300 px)."""
+    context = browser.new_context(viewport=view)
+    page = context.new_page()
+    try:
+        for anchor in ("ch4-why-softmax", "summary", "exercises"):  # a link from elsewhere
+            page.goto(f"{site}/{JUMP_PAGE}#{anchor}", wait_until="load")
+            top = _settled_top(page, anchor)
+            assert 0 <= top <= 120, f"#{anchor} at {top} px after loading the page with it"
+        page.goto(f"{site}/{JUMP_PAGE}", wait_until="load")  # an in-page link
+        page.evaluate("""() => { const a = document.createElement('a');
+            a.href = '#exercises'; a.textContent = 'go'; document.body.prepend(a); a.click(); }""")
+        top = _settled_top(page, "exercises")
+        assert 0 <= top <= 120, f"#exercises at {top} px after an in-page link"
+        page.goto(f"{site}/{JUMP_PAGE}", wait_until="load")  # reload and back keep the place
+        for _ in range(12):  # a reader scrolls down a dozen screens
+            page.mouse.wheel(0, view["height"])
+            page.wait_for_timeout(150)
+        page.wait_for_timeout(800)
+        anchor = page.evaluate("""() => Array.from(document.querySelectorAll('section[id]'))
+            .find(s => s.getBoundingClientRect().top >= 0).id""")
+        before = page.evaluate(TOP_JS, anchor)
+        page.reload(wait_until="load")
+        after_reload = _settled_top(page, anchor)
+        page.goto(f"{site}/index.html", wait_until="load")
+        page.go_back(wait_until="load")
+        after_back = _settled_top(page, anchor)
+        assert abs(after_reload - before) <= 8, (anchor, before, after_reload)
+        assert abs(after_back - before) <= 8, (anchor, before, after_back)
+    finally:
+        context.close()
+
+
 # --- phones and tablets: sidebars ------------------------------------------------
 
 PHONE = {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True}
