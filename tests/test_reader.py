@@ -105,6 +105,10 @@ def open_page(browser: object, site: str, rel: str, *, shared: bool = False,
     )
     page = context.new_page()
     page.goto(f"{site}/{rel}", wait_until="load")
+    # The checks look at the whole page, as a reader who scrolls through it sees it:
+    # sections off screen are drawn too (a skipped section has no colours or boxes
+    # to check; _ext/offscreen_sections.py), then its fonts are awaited.
+    page.evaluate("document.documentElement.classList.remove('selfattn-skip-offscreen')")
     page.evaluate(WAIT_MATH_JS)
     return context, page
 
