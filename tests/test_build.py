@@ -285,6 +285,19 @@ def _cache_dirs(tmp: Path) -> list[Path]:
     return sorted((tmp / "_build" / ".jupyter_cache").iterdir())
 
 
+# A line libzmq's C++ code prints when a kernel's socket is torn down mid-poll at
+# shutdown ("Assertion failed: pfd.revents & POLLIN (src/signaler.cpp:238)"): seen
+# once in CI on a loaded machine, from the kernel process, with the build's result
+# right. It is not the build speaking, so the stderr checks below leave it out.
+_ZMQ_SHUTDOWN_NOISE = re.compile(r"^Assertion failed: .* \(src/\w+\.cpp:\d+\)$")
+
+
+def _build_lines(stderr: str) -> list[str]:
+    """The non-empty lines of a build's stderr, without libzmq's shutdown noise."""
+    return [line for line in stderr.splitlines()
+            if line.strip() and not _ZMQ_SHUTDOWN_NOISE.match(line.strip())]
+
+
 @pytest.mark.slow
 def test_corrupted_execution_cache_is_moved_aside_and_the_build_heals(tmp_path: Path):
     """A cache database cut short (a full disk, a killed CI job) must not crash the build:
@@ -297,7 +310,7 @@ def test_corrupted_execution_cache_is_moved_aside_and_the_build_heals(tmp_path: 
         f.truncate(db.stat().st_size // 2)
     result = _build_mini_result(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = _build_lines(result.stderr)
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"exec_cache: the execution cache _build/.jupyter_cache/{cache.name}"
                                " is unusable ("), lines[0]
@@ -309,7 +322,7 @@ def test_corrupted_execution_cache_is_moved_aside_and_the_build_heals(tmp_path: 
     assert _cache_problem()(cache) is None
     assert (cache / "executed").is_dir() and any((cache / "executed").iterdir())
     # and the next build is quiet again
-    assert _build_mini_result(tmp_path).stderr.strip() == ""
+    assert _build_lines(_build_mini_result(tmp_path).stderr) == []
 
 
 def _cache_problem():
