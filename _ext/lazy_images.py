@@ -4,12 +4,13 @@ Every ``<img>`` of the built pages that shows a file of ``_images/`` (the
 figures the chapters draw, the diagrams of ``images/``, the still images behind
 the interactive figures) gets ``loading="lazy" decoding="async"`` and its
 ``width`` and ``height`` in CSS px, read from the file (an SVG's width and
-height, in pt or px, or its viewBox; a PNG's header). A chapter shows 8-20 SVG
-figures; the browser used to fetch and parse all of them while it was still
-parsing the page. With the size written in the tag, the space of a figure not
-yet loaded is already reserved (custom.css: ``height: auto`` keeps the aspect
-ratio), so nothing below it moves when it arrives: a reload or the back button
-still returns to the same line. An image whose size cannot be read is left as
+height, in pt or px, or its viewBox; a PNG's header). A chapter shows 2-7 SVG
+figures of up to 140 KB each; the browser used to fetch and parse all of them
+while it was still parsing the page (360 ms of 02-qkv's first load). With the
+size written in the tag, the space of a figure not yet loaded is already
+reserved (custom.css: ``height: auto`` keeps the aspect ratio), so nothing
+below it moves when it arrives: a reload or the back button still returns to
+the same line. An image whose size cannot be read is left as
 it was. The dark twin of a diagram, hidden in light mode, is not fetched at all.
 
 It rewrites the HTML files when the build has finished (by then ``_images/``

@@ -47,20 +47,20 @@
   // Figures load lazily (loading="lazy"): each is measured once it has loaded, so a
   // figure far down the page costs nothing until the reader nears it (the fetch
   // below then comes from the cache).
+  function refreshHints() {
+    if (window.selfattnScrollHints) window.selfattnScrollHints();  // scroll-hints.js
+  }
+
   function whenLoaded(img) {
-    return new Promise((resolve) => {
+    new Promise((resolve) => {
       img.addEventListener("load", () => fit(img).then(resolve), { once: true });
       img.addEventListener("error", resolve, { once: true });
-    }).then(() => {
-      if (window.selfattnScrollHints) window.selfattnScrollHints();  // scroll-hints.js
-    });
+    }).then(refreshHints);
   }
 
   function setup() {
     const figures = Array.from(document.querySelectorAll(".cell_output img[src$='.svg']"));
-    Promise.all(figures.filter((img) => img.complete).map(fit)).then(() => {
-      if (window.selfattnScrollHints) window.selfattnScrollHints();  // scroll-hints.js
-    });
+    Promise.all(figures.filter((img) => img.complete).map(fit)).then(refreshHints);
     figures.filter((img) => !img.complete).forEach(whenLoaded);
   }
   if (document.readyState !== "loading") setup();

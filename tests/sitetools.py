@@ -116,6 +116,13 @@ CHROMIUM_ARGS = [
 ]
 
 
+# Figures load lazily (_ext/lazy_images.py). Tests that look at every image ask for all
+# of them now, as scrolling down the page would (the dark twins hidden in light mode
+# too), and wait until each is decoded or broken.
+LOAD_ALL_IMAGES_JS = """() => Promise.all(Array.from(document.images).map(img => {
+  img.loading = 'eager'; return img.decode().catch(() => null); }))"""
+
+
 class RequestWatch:
     """The requests a page has started and not yet finished, followed from before goto.
 

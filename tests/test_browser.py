@@ -17,6 +17,7 @@ import pytest
 
 from sitetools import (
     HTML,
+    LOAD_ALL_IMAGES_JS,
     PREFIX,
     RequestWatch,
     built_pages,
@@ -56,20 +57,12 @@ async () => {
 }
 """
 
-# Figures load lazily (_ext/lazy_images.py): the check asks for every image now, the
-# dark twins hidden in light mode included, and waits until each is decoded or broken.
+# Read before LOAD_ALL_IMAGES_JS, which makes every image eager.
 IMAGES_JS = """
-async () => {
-  const imgs = Array.from(document.images);
-  const lazy = imgs.filter(img => img.getAttribute('loading') === 'lazy')
-    .map(img => img.getAttribute('src'));
-  imgs.forEach(img => { img.loading = 'eager'; });
-  await Promise.all(imgs.map(img => img.decode().catch(() => null)));
-  return imgs.map(img => ({
-    src: img.currentSrc || img.src, complete: img.complete, width: img.naturalWidth,
-    alt: img.getAttribute('alt'), lazy: lazy.includes(img.getAttribute('src')),
-  }));
-}
+() => Array.from(document.images).map(img => ({
+  src: img.currentSrc || img.src, complete: img.complete, width: img.naturalWidth,
+  alt: img.getAttribute('alt'), lazy: img.getAttribute('loading') === 'lazy',
+}))
 """
 
 
@@ -124,6 +117,8 @@ def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> Non
     try:
         assert visit.response is not None and visit.response.ok, f"{rel}: HTTP error"
         math = visit.page.evaluate(MATH_READY_JS)
+        lazy = [img["lazy"] for img in visit.page.evaluate(IMAGES_JS)]  # document order
+        visit.page.evaluate(LOAD_ALL_IMAGES_JS)
         images = visit.page.evaluate(IMAGES_JS)
         visit.requests.settle()
         assert visit.external == [], f"{rel} requested other hosts: {visit.external}"
@@ -146,10 +141,10 @@ def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> Non
         else:
             html = (HTML / rel).read_text(encoding="utf-8")
             assert 'class="math' not in html, f"{rel}: math found by the page but not by the test"
-        for img in images:
+        for img, was_lazy in zip(images, lazy, strict=True):
             assert img["complete"] and img["width"] > 0, f"{rel}: image not loaded: {img['src']}"
             if "/_images/" in img["src"]:
-                assert img["lazy"], f"{rel}: figure not loading=lazy: {img['src']}"
+                assert was_lazy, f"{rel}: figure not loading=lazy: {img['src']}"
     finally:
         visit.close()
 

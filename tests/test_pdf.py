@@ -157,7 +157,12 @@ def test_printing_in_dark_mode_gives_dark_text_on_white(browser: object, rel: st
         screen = page.evaluate(CONTRAST_JS)
         page.emulate_media(media="print", color_scheme="dark")
         printed = page.evaluate(CONTRAST_JS)
+        # paper gets every section: none stays skipped (custom.css skips them on screen)
+        skipped = page.evaluate("""() => Array.from(document.querySelectorAll(
+            '.bd-article section section')).filter(
+            s => getComputedStyle(s).contentVisibility !== 'visible').length""")
         context.close()
+    assert skipped == 0, f"{rel}: {skipped} sections would print skipped"
     assert screen["bodyBg"] < 0.1, "the page is not in dark mode on screen: test is vacuous"
     assert printed["theme"] == "dark"
     assert printed["checked"] > 20

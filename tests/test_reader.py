@@ -19,6 +19,7 @@ import pytest
 from sitetools import (
     CHAPTERS,
     HTML,
+    LOAD_ALL_IMAGES_JS,
     ROOT,
     RequestWatch,
     require_built_site,
@@ -331,7 +332,7 @@ def test_accessibility_basics(browser: object, site: str, rel: str) -> None:
             if (levels[i] > levels[i - 1] + 1) jumps.push([levels[i - 1], levels[i]]);
           }
           const unnamed = Array.from(document.querySelectorAll('a[href]')).filter(a => {
-            const name = (a.textContent || '').trim() || a.getAttribute('aria-label') ||
+            const name = (a.innerText || '').trim() || a.getAttribute('aria-label') ||
               a.getAttribute('title') ||
               Array.from(a.querySelectorAll('img')).map(i => i.alt).join('');
             return !name || !name.trim();
@@ -582,9 +583,7 @@ def test_figures_fit_a_phone_with_readable_text(browser: object, site: str, rel:
     wide with text of at least 10.5 pt (tests/test_build.py) meet both."""
     context, page = open_page(browser, site, rel, shared=True, viewport=PHONE_VIEW)
     try:
-        # figures load lazily: ask for all of them now, as scrolling down the page would
-        page.evaluate("""() => Promise.all(Array.from(document.images).map(img => {
-            img.loading = 'eager'; return img.decode().catch(() => null); }))""")
+        page.evaluate(LOAD_ALL_IMAGES_JS)  # figures load lazily
         page.wait_for_timeout(300)  # figures.js sets the minimum widths after load
         small, not_svg, scrolls = [], [], []
         figures = page.evaluate(FIGURES_JS)
