@@ -39,23 +39,25 @@
       if (box && !box.classList.contains("selfattn-figure-scroll")) {
         box.classList.add("selfattn-figure-scroll");
       }
+      return box;
     } catch (err) {
-      /* a figure that cannot be read is left as it is */
+      return null; /* a figure that cannot be read is left as it is */
     }
   }
 
   // Figures load lazily (loading="lazy"): each is measured once it has loaded, so a
   // figure far down the page costs nothing until the reader nears it (the fetch
-  // below then comes from the cache).
-  function refreshHints() {
-    if (window.selfattnScrollHints) window.selfattnScrollHints();  // scroll-hints.js
+  // below then comes from the cache). Its box then gets its scroll hint at once.
+  function refreshHints(boxes) {
+    const fitted = boxes.filter(Boolean);
+    if (fitted.length && window.selfattnScrollHints) window.selfattnScrollHints(fitted);
   }
 
   function whenLoaded(img) {
     new Promise((resolve) => {
       img.addEventListener("load", () => fit(img).then(resolve), { once: true });
-      img.addEventListener("error", resolve, { once: true });
-    }).then(refreshHints);
+      img.addEventListener("error", () => resolve(null), { once: true });
+    }).then((box) => refreshHints([box]));
   }
 
   function setup() {

@@ -108,9 +108,12 @@ def open_page(browser: object, site: str, rel: str, *, shared: bool = False,
     page.goto(f"{site}/{rel}", wait_until="load")
     # The checks look at the whole page, as a reader who scrolls through it sees it:
     # sections off screen are drawn too (a skipped section has no colours or boxes
-    # to check; _ext/offscreen_sections.py), then its fonts are awaited.
+    # to check; _ext/offscreen_sections.py), then its fonts are awaited, then every
+    # box that scrolls sideways is measured (scroll-hints.js measures a box when the
+    # reader nears it; test_scroll_hints_follow_the_reader checks that it does).
     page.evaluate("document.documentElement.classList.remove('selfattn-skip-offscreen')")
     page.evaluate(WAIT_MATH_JS)
+    page.evaluate("window.selfattnScrollHints && window.selfattnScrollHints()")
     return context, page
 
 
@@ -677,6 +680,58 @@ def test_boxes_that_scroll_sideways_show_a_hint_on_a_phone(
         assert cut == [], f"{rel}: boxes cut off without scrolling: {cut[:3]}"
         assert no_hint == [], f"{rel}: {len(no_hint)} of {len(boxes)} scrolling boxes have " \
                               f"no hint: {no_hint[:3]}"
+    finally:
+        context.close()
+
+
+# Which boxes scroll sideways (measured by the test) and which carry the hint class.
+HINT_STATE_JS = """
+() => Array.from(document.querySelectorAll('div.highlight pre, div.cell_output pre, '
+    + '.selfattn-matrix, div.math, .selfattn-figure-scroll'))
+  .filter(box => box.checkVisibility())  // not in a closed "show code" toggle
+  .map(box => ({scrolls: box.scrollWidth > box.clientWidth + 1,
+                marked: box.classList.contains('sa-scrollable'),
+                focusable: box.tabIndex === 0,
+                below: box.getBoundingClientRect().top - 3 * window.innerHeight}))
+"""
+
+
+@pytest.mark.slow  # scrolls a long chapter screen by screen at 390 px
+def test_scroll_hints_follow_the_reader(browser: object, site: str) -> None:
+    """scroll-hints.js measures a box when it comes within a screen of the window, not
+    every box at load (that cost 0.3-0.5 s of main thread on 04-whys): a fresh page has
+    marked none of the boxes far below; a reader who scrolls down finds every box that
+    scrolls marked on arrival; a keyboard reader's first Tab marks and makes focusable
+    every box that scrolls, all the way down."""
+    rel = "chapters/04-whys.html"
+    context = browser.new_context(viewport=PHONE_VIEW)
+    page = context.new_page()
+    try:
+        page.goto(f"{site}/{rel}", wait_until="load")
+        page.wait_for_timeout(500)
+        marked_far = page.evaluate(
+            "() => Array.from(document.querySelectorAll('.sa-scrollable'))"
+            ".filter(b => b.getBoundingClientRect().top > 3 * window.innerHeight).length")
+        assert marked_far == 0, f"{rel}: {marked_far} boxes far below measured at load"
+        unmarked: list[int] = []
+        height = page.evaluate("document.documentElement.scrollHeight")
+        for y in range(0, height, PHONE_VIEW["height"]):  # a reader scrolling down
+            page.evaluate("y => window.scrollTo(0, y)", y)
+            page.wait_for_timeout(150)  # a few frames: the observer reports after a frame
+            state = page.evaluate(f"() => ({HINT_STATE_JS})().filter("
+                                  "b => b.below < -2 * window.innerHeight && "
+                                  "b.below > -3 * window.innerHeight)")  # on screen now
+            unmarked += [y for b in state if b["scrolls"] and not b["marked"]]
+        assert unmarked == [], f"{rel}: boxes that scroll shown unmarked at y={unmarked[:5]}"
+
+        page.goto(f"{site}/{rel}", wait_until="load")  # a keyboard reader, from the top
+        page.keyboard.press("Tab")
+        page.evaluate("document.documentElement.classList.remove('selfattn-skip-offscreen')")
+        boxes = page.evaluate(HINT_STATE_JS)
+        scrolling = [b for b in boxes if b["scrolls"]]
+        assert scrolling, f"{rel}: nothing scrolls sideways at 390 px (test would prove nothing)"
+        missed = [b for b in scrolling if not (b["marked"] and b["focusable"])]
+        assert missed == [], f"{rel}: after Tab, {len(missed)} of {len(scrolling)} not marked"
     finally:
         context.close()
 
