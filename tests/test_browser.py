@@ -111,7 +111,17 @@ PAGES = (
 )
 
 
-@pytest.mark.parametrize("rel", PAGES or ["index.html"])
+# `make test` opens one page of each kind: the front page, the API reference (autodoc)
+# and the heaviest chapter (math, interactive and lazy figures, preloaded fonts); the
+# slow tier (`make test-slow`, CI) opens every page. The static check below reads
+# every page and stylesheet in `make test` for a resource on another host.
+EVERYDAY_PAGES = {"index.html", "api.html", "chapters/04-whys.html"}
+
+
+@pytest.mark.parametrize("rel", [
+    pytest.param(rel, marks=() if rel in EVERYDAY_PAGES else pytest.mark.slow)
+    for rel in PAGES or ["index.html"]
+])
 def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> None:
     visit = PageVisit(browser, site, rel)
     try:
@@ -147,6 +157,39 @@ def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> Non
                 assert was_lazy, f"{rel}: figure not loading=lazy: {img['src']}"
     finally:
         visit.close()
+
+
+# A resource the browser loads by itself: a script, stylesheet, image, font, frame,
+# preload or icon in HTML, a url() or @import in CSS. A link (<a href>) is not one.
+_LOADED_HTML = re.compile(
+    r"<(?:script|img|iframe|source|audio|video|embed)\b[^>]*\ssrc=[\"']([^\"']+)"
+    r"|<link\b(?=[^>]*\srel=[\"'][^\"']*(?:stylesheet|preload|icon|modulepreload|manifest))"
+    r"[^>]*\shref=[\"']([^\"']+)", re.I)
+_LOADED_CSS = re.compile(r"url\(\s*[\"']?([^\"')]+)|@import\s+[\"']([^\"']+)", re.I)
+
+
+def _other_host(url: str) -> bool:
+    return url.startswith("//") or bool(re.match(r"(?:https?|wss?):", url, re.I))
+
+
+def test_no_page_or_stylesheet_loads_from_another_host() -> None:
+    """Every page of the site and every stylesheet it ships name only local resources
+    (the browser test above proves it for three pages in `make test`, every page in
+    the slow tier; this reads them all in a second)."""
+    require_built_site()
+    found = []
+    for page in built_pages():
+        urls = [m.group(1) or m.group(2)
+                for m in _LOADED_HTML.finditer(page.read_text(encoding="utf-8"))]
+        assert any(u.endswith(".css") or ".css?" in u for u in urls), \
+            f"{page.relative_to(HTML)}: no stylesheet found (the pattern would prove nothing)"
+        found += [f"{page.relative_to(HTML)}: {u}" for u in urls if _other_host(u)]
+    for sheet in (HTML / "_static").rglob("*.css"):
+        for match in _LOADED_CSS.finditer(sheet.read_text(encoding="utf-8", errors="replace")):
+            url = match.group(1) or match.group(2)
+            if _other_host(url):
+                found.append(f"{sheet.relative_to(HTML)}: {url}")
+    assert found == [], f"resources from other hosts: {found[:10]}"
 
 
 def _ids(html_path: Path) -> set[str]:
