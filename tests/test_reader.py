@@ -82,18 +82,22 @@ class _Kept:
 
 
 def open_page(browser: object, site: str, rel: str, *, shared: bool = False,
-              **ctx: object) -> tuple[object, object]:
-    """A loaded page with math typeset and other hosts blocked: (context, page).
+              whole: bool = True, **ctx: object) -> tuple[object, object]:
+    """A loaded page with other hosts blocked: (context, page).
 
+    whole=True (the sweeps): every section is laid out, its math fonts loaded and
+    every box that scrolls sideways measured, as for a reader who has scrolled
+    through it. whole=False (a test of the header, a menu or one cell): the page as
+    a reader first sees it, which is cheaper to open.
     shared=True: the page may have been opened by an earlier test with the same
     arguments, and stays open afterwards; only for tests that do not change it.
     """
     if shared:
-        key = (id(browser), site, rel, json.dumps(ctx, sort_keys=True))
+        key = (id(browser), site, rel, whole, json.dumps(ctx, sort_keys=True))
         if key in _POOL:
             _POOL.move_to_end(key)
             return _Kept(), _POOL[key][1]
-        _POOL[key] = open_page(browser, site, rel, **ctx)
+        _POOL[key] = open_page(browser, site, rel, whole=whole, **ctx)
         while len(_POOL) > POOL_SIZE:
             _POOL.popitem(last=False)[1][0].close()
         return _Kept(), _POOL[key][1]
@@ -106,6 +110,8 @@ def open_page(browser: object, site: str, rel: str, *, shared: bool = False,
     )
     page = context.new_page()
     page.goto(f"{site}/{rel}", wait_until="load")
+    if not whole:
+        return context, page
     # The checks look at the whole page, as a reader who scrolls through it sees it:
     # sections off screen are drawn too (a skipped section has no colours or boxes
     # to check; _ext/offscreen_sections.py), then its fonts are awaited, then every
@@ -173,7 +179,7 @@ def test_exercise_solution_hidden_until_clicked(browser: object, site: str, rel:
 def test_copy_button_copies_code_only(browser: object, site: str) -> None:
     rel = CHAPTER_PAGES[0]
     context, page = open_page(
-        browser, site, rel, permissions=["clipboard-read", "clipboard-write"]
+        browser, site, rel, whole=False, permissions=["clipboard-read", "clipboard-write"]
     )
     try:
         cell = page.locator("div.cell:not(.tag_remove-input) div.cell_input").first
@@ -279,7 +285,7 @@ def test_search_finds_the_right_sections(browser: object, site: str, term: str,
     term; following it lands on a section that is about the term."""
     if not (HTML / "chapters" / f"{page_stem}.html").is_file():
         pytest.fail(f"chapter {page_stem} is not built")
-    context, page = open_page(browser, site, f"search.html?q={term}")
+    context, page = open_page(browser, site, f"search.html?q={term}", whole=False)
     try:
         page.wait_for_selector("ul.search li a", timeout=15000)
         results = page.eval_on_selector_all(
@@ -464,7 +470,7 @@ def test_sidebar_toggles_open_the_chapter_list_and_page_contents_on_a_phone(
     """At 390 px the ☰ button opens the chapter list (a chapter link in it works) and
     "On this page" opens the in-page contents."""
     rel = CHAPTER_PAGES[1]
-    context, page = open_page(browser, site, rel, **PHONE)
+    context, page = open_page(browser, site, rel, whole=False, **PHONE)
     try:
         primary = page.locator(".bd-header-article button.primary-toggle")
         assert primary.is_visible(), "no visible ☰ button in the article header"
@@ -491,7 +497,7 @@ def test_sidebar_toggles_open_the_chapter_list_and_page_contents_on_a_phone(
 
 
 def test_sidebar_toggle_collapses_the_sidebar_on_a_desktop(browser: object, site: str) -> None:
-    context, page = open_page(browser, site, CHAPTER_PAGES[1],
+    context, page = open_page(browser, site, CHAPTER_PAGES[1], whole=False,
                               viewport={"width": 1280, "height": 900})
     try:
         sidebar = page.locator("#pst-primary-sidebar")
@@ -841,7 +847,7 @@ def ring_visible(style: dict) -> bool:
 @pytest.mark.parametrize("target", list(FOCUS_TARGETS))
 def test_keyboard_focus_is_visible(browser: object, site: str, target: str) -> None:
     # one shared page for the five targets: each test moves the focus, nothing else
-    context, page = open_page(browser, site, CHAPTER_PAGES[1], shared=True,
+    context, page = open_page(browser, site, CHAPTER_PAGES[1], shared=True, whole=False,
                               viewport={"width": 1280, "height": 900})
     try:
         el = page.locator(FOCUS_TARGETS[target]).first
@@ -856,7 +862,7 @@ def test_keyboard_focus_is_visible(browser: object, site: str, target: str) -> N
 
 
 def test_search_input_focus_is_visible(browser: object, site: str) -> None:
-    context, page = open_page(browser, site, "search.html",
+    context, page = open_page(browser, site, "search.html", whole=False,
                               viewport={"width": 1280, "height": 900})
     try:
         field = page.locator("article input[type=search], main input[name=q]").first
