@@ -18,6 +18,16 @@ an entry whose executed notebook is missing. An unusable cache is moved aside
 (``<key>.unusable-<time>``, kept for inspection; ``make clean-cache`` removes
 all caches), one line on stderr says so, and the chapters are re-executed.
 
+Under ``sphinx-build -j`` several readers execute chapters at once and each
+stores its result. jupyter-cache stores a notebook by adding its record, then
+writing the notebook file, then deleting the oldest records beyond its limit,
+which it finds with two queries; a record another reader added between those
+two queries is taken for an old one and deleted, its file not yet written:
+``KeyError: 'Notebook file does not exist for cache record PK: 2'`` (seen once
+in CI, a two-chapter book built with ``-j 2``). :func:`serialize_cache_writes`
+makes each store hold an exclusive lock on ``<cache>/store.lock`` (flock), so
+stores happen one at a time; executions still run in parallel.
+
 Configuration (in ``conf.py``)::
 
     exec_cache_watch = ["code/selfattn"]      # folders or files, relative to conf.py
@@ -26,6 +36,8 @@ Configuration (in ``conf.py``)::
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
 import sqlite3
 import sys
@@ -132,7 +144,33 @@ def _on_env_get_outdated(app: Sphinx, env, added, changed, removed) -> list[str]
     return sorted(d for d, data in metadata.items() if "exec_data" in data and d in env.all_docs)
 
 
+STORE_LOCK = "store.lock"
+
+
+def serialize_cache_writes() -> None:
+    """Make jupyter-cache store one notebook at a time across processes (see above).
+
+    Wraps ``JupyterCacheBase.cache_notebook_bundle`` (record, file, truncation)
+    in an exclusive ``flock`` on ``<cache>/store.lock``; idempotent.
+    """
+    from jupyter_cache.cache.main import JupyterCacheBase
+
+    store = JupyterCacheBase.cache_notebook_bundle
+    if getattr(store, "_selfattn_locked", False):
+        return
+
+    @functools.wraps(store)
+    def locked_store(self, *args: object, **kwargs: object) -> object:
+        with open(Path(self.path) / STORE_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+            return store(self, *args, **kwargs)
+
+    locked_store._selfattn_locked = True  # type: ignore[attr-defined]
+    JupyterCacheBase.cache_notebook_bundle = locked_store
+
+
 def setup(app: Sphinx) -> dict:
+    serialize_cache_writes()
     app.add_config_value("exec_cache_watch", [], "env")
     app.add_config_value("exec_cache_root", "_build/.jupyter_cache", "env")
     # Changing this value makes Sphinx re-read (and so re-execute) every document.

@@ -360,6 +360,63 @@ def test_cache_check_names_each_kind_of_damage(tmp_path: Path) -> None:
     assert cache_problem(cache) is None
 
 
+def test_two_readers_store_their_notebooks_one_at_a_time(tmp_path: Path) -> None:
+    """Under `sphinx-build -j` two readers can store executed notebooks at the same
+    moment; jupyter-cache then deleted one's fresh record as an old one (CI: KeyError
+    'Notebook file does not exist for cache record PK: 2'). _ext/exec_cache.py makes
+    each store hold a lock: the second store waits until the first has finished, and
+    both notebooks stay in the cache."""
+    import threading
+
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.cache.db import NbCacheRecord
+    from jupyter_cache.cache.main import CacheBundleIn
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        from exec_cache import serialize_cache_writes
+    finally:
+        sys.path.pop(0)
+    serialize_cache_writes()
+    cache = get_cache(tmp_path / "cache")
+    create_record = NbCacheRecord.create_record
+    first_inside, release_first = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow_create_record(*args: object, **kwargs: object) -> object:
+        uri = kwargs["uri"]
+        order.append(f"{uri} in")
+        if uri == "first.ipynb":  # the first store stops halfway, holding the lock
+            first_inside.set()
+            release_first.wait(10)
+        record = create_record(*args, **kwargs)
+        order.append(f"{uri} out")
+        return record
+
+    def store(uri: str, text: str) -> None:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(text)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+        cache.cache_notebook_bundle(CacheBundleIn(nb, uri), check_validity=False)
+
+    NbCacheRecord.create_record = staticmethod(slow_create_record)
+    try:
+        first = threading.Thread(target=store, args=("first.ipynb", "1"))
+        second = threading.Thread(target=store, args=("second.ipynb", "2"))
+        first.start()
+        assert first_inside.wait(10)
+        second.start()
+        second.join(0.5)  # without the lock the second store runs through now
+        release_first.set()
+        first.join(10)
+        second.join(10)
+    finally:
+        NbCacheRecord.create_record = staticmethod(create_record)
+    assert order == ["first.ipynb in", "first.ipynb out", "second.ipynb in",
+                     "second.ipynb out"], order
+    assert sorted(r.uri for r in cache.list_cache_records()) == ["first.ipynb", "second.ipynb"]
+
+
 _FAILING_CELL = """
 x = probe_pkg.answer()
 y = x + 1
