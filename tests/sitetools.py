@@ -9,6 +9,7 @@ import io
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -89,6 +90,15 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         return io.BytesIO(body)
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A page that navigates away closes its connections, sometimes mid-response:
+        that is the browser's choice, not a fault of the site (no traceback for it)."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
+
 @contextmanager
 def serve(directory: Path, prefix: str = "/") -> Iterator[str]:
     """Serve ``directory`` on 127.0.0.1 (a free port) under ``prefix`` and yield the base URL
@@ -98,7 +108,7 @@ def serve(directory: Path, prefix: str = "/") -> Iterator[str]:
     closed when the block ends, also when it ends with an exception.
     """
     handler = functools.partial(_QuietHandler, directory=str(directory), prefix=prefix)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
