@@ -161,7 +161,7 @@ def serialize_cache_writes() -> None:
 
     @functools.wraps(store)
     def locked_store(self, *args: object, **kwargs: object) -> object:
-        with open(Path(self.path) / STORE_LOCK, "a") as lock:
+        with open(self.path / STORE_LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
             return store(self, *args, **kwargs)
 

@@ -78,8 +78,8 @@
   };
 
   function start() {
-    watch();
-    if (!observer) measure(watch());
+    const boxes = watch();
+    if (!observer) measure(boxes); // an old browser: every box now, as before
   }
   if (document.readyState !== "loading") start();
   else document.addEventListener("DOMContentLoaded", start);

@@ -71,6 +71,8 @@ async () => {
 # axe) reuse one page per (page, viewport, colour scheme). conftest.py sends all tests of
 # a page to one xdist worker, so the pool stays small.
 _POOL: OrderedDict[tuple, tuple[object, object]] = OrderedDict()
+# Lay out every section of a chapter, as the jump script of _ext/offscreen_sections.py does.
+DRAW_EVERY_SECTION_JS = "document.documentElement.classList.remove('selfattn-skip-offscreen')"
 POOL_SIZE = 6
 
 
@@ -117,7 +119,7 @@ def open_page(browser: object, site: str, rel: str, *, shared: bool = False,
     # to check; _ext/offscreen_sections.py), then its fonts are awaited, then every
     # box that scrolls sideways is measured (scroll-hints.js measures a box when the
     # reader nears it; test_scroll_hints_follow_the_reader checks that it does).
-    page.evaluate("document.documentElement.classList.remove('selfattn-skip-offscreen')")
+    page.evaluate(DRAW_EVERY_SECTION_JS)
     page.evaluate(WAIT_MATH_JS)
     page.evaluate("window.selfattnScrollHints && window.selfattnScrollHints()")
     return context, page
@@ -654,10 +656,12 @@ def test_api_page_names_the_array_type_instead_of_any() -> None:
 
 # --- phones: scroll hints, dark matrix tables ---------------------------------------
 
+# The boxes that may scroll sideways (scroll-hints.js watches these and two table wrappers).
+SCROLL_BOXES = "div.highlight pre, div.cell_output pre, .selfattn-matrix, div.math, " \
+               ".selfattn-figure-scroll"
 SCROLL_BOXES_JS = """
-() => Array.from(document.querySelectorAll(
-    'div.highlight pre, div.cell_output pre, .selfattn-matrix, div.math, .selfattn-figure-scroll'
-  )).filter(box => box.scrollWidth > box.clientWidth + 1 && box.offsetParent !== null)
+() => Array.from(document.querySelectorAll('{SCROLL_BOXES}'))
+  .filter(box => box.scrollWidth > box.clientWidth + 1 && box.offsetParent !== null)
   .map(box => {
     box.scrollLeft = 0;
     box.dispatchEvent(new Event('scroll'));
@@ -667,7 +671,7 @@ SCROLL_BOXES_JS = """
             mask: cs.maskImage || cs.webkitMaskImage || 'none',
             overflowX: cs.overflowX};
   })
-"""
+""".replace("{SCROLL_BOXES}", SCROLL_BOXES)
 
 
 @pytest.mark.slow
@@ -692,14 +696,13 @@ def test_boxes_that_scroll_sideways_show_a_hint_on_a_phone(
 
 # Which boxes scroll sideways (measured by the test) and which carry the hint class.
 HINT_STATE_JS = """
-() => Array.from(document.querySelectorAll('div.highlight pre, div.cell_output pre, '
-    + '.selfattn-matrix, div.math, .selfattn-figure-scroll'))
+() => Array.from(document.querySelectorAll('{SCROLL_BOXES}'))
   .filter(box => box.checkVisibility())  // not in a closed "show code" toggle
   .map(box => ({scrolls: box.scrollWidth > box.clientWidth + 1,
                 marked: box.classList.contains('sa-scrollable'),
                 focusable: box.tabIndex === 0,
-                below: box.getBoundingClientRect().top - 3 * window.innerHeight}))
-"""
+                top: box.getBoundingClientRect().top}))
+""".replace("{SCROLL_BOXES}", SCROLL_BOXES)
 
 
 @pytest.mark.slow  # scrolls a long chapter screen by screen at 390 px
@@ -724,15 +727,14 @@ def test_scroll_hints_follow_the_reader(browser: object, site: str) -> None:
         for y in range(0, height, PHONE_VIEW["height"]):  # a reader scrolling down
             page.evaluate("y => window.scrollTo(0, y)", y)
             page.wait_for_timeout(150)  # a few frames: the observer reports after a frame
-            state = page.evaluate(f"() => ({HINT_STATE_JS})().filter("
-                                  "b => b.below < -2 * window.innerHeight && "
-                                  "b.below > -3 * window.innerHeight)")  # on screen now
-            unmarked += [y for b in state if b["scrolls"] and not b["marked"]]
+            on_screen = [b for b in page.evaluate(HINT_STATE_JS)
+                         if 0 <= b["top"] < PHONE_VIEW["height"]]
+            unmarked += [y for b in on_screen if b["scrolls"] and not b["marked"]]
         assert unmarked == [], f"{rel}: boxes that scroll shown unmarked at y={unmarked[:5]}"
 
         page.goto(f"{site}/{rel}", wait_until="load")  # a keyboard reader, from the top
         page.keyboard.press("Tab")
-        page.evaluate("document.documentElement.classList.remove('selfattn-skip-offscreen')")
+        page.evaluate(DRAW_EVERY_SECTION_JS)
         boxes = page.evaluate(HINT_STATE_JS)
         scrolling = [b for b in boxes if b["scrolls"]]
         assert scrolling, f"{rel}: nothing scrolls sideways at 390 px (test would prove nothing)"
