@@ -1,13 +1,14 @@
-"""Old links into the two chapters that were split in two still land on their section.
+"""Old links into chapters that were split or moved still land on their section.
 
 Chapter 4 ("the whys") became 04-whys (scaling and softmax) and
 04b-subspaces-positions; chapter 5 ("causal attention") became 05-causal
-(masks and padding) and 05b-kv-cache. The old pages keep their URLs. Every
-anchor they had before the split must still resolve: either the old page still
-has it, or the old page's redirect script sends it to the new page, which has
-it. ``OLD_ANCHORS`` lists the anchors of the last build before the split
-(numbered citation ids such as ``id1`` left out: they are renumbered by every
-edit and nobody links to them).
+(masks and padding) and 05b-kv-cache. The transformer-block chapter moved from
+before the masks chapter to after it (it uses the masks), keeping its URL. The
+old pages keep their URLs. Every anchor they had before the split or move must
+still resolve: either the old page still has it, or the old page's redirect
+script sends it to the new page, which has it. ``OLD_ANCHORS`` lists the
+anchors of the last build before the change (numbered citation ids such as
+``id1`` left out: they are renumbered by every edit and nobody links to them).
 """
 
 from __future__ import annotations
@@ -52,8 +53,19 @@ OLD_ANCHORS: dict[str, list[str]] = {
         "generating-text-from-a-tiny-model", "ch5-summary", "summary", "ch5-exercises",
         "exercises", "ch5-copy-this", "copy-this",
     ],
+    "transformer-block": [
+        "ch-block", "the-transformer-block", "tb-residual", "the-residual-stream", "tb-why-wo",
+        "why-w-o-exists", "why--exists", "tb-layernorm", "layernorm-before-or-after",
+        "fig-tb-gradnorms", "tb-mlp", "the-mlp", "tb-pytorch", "the-block-equals-pytorch-s-layers",
+        "the-block-equals-pytorchs-layers", "tb-cross",
+        "cross-attention-queries-from-one-sequence-keys-and-values-from-another", "fig-tb-cross",
+        "tb-training", "training-the-stack-adamw-and-warm-up", "fig-tb-schedule", "tb-summary",
+        "summary", "tb-exercises", "exercises", "tb-copy-this", "copy-this",
+    ],
 }
-NEW_PAGES = {"04-whys": "04b-subspaces-positions", "05-causal": "05b-kv-cache"}
+# where a page's moved sections went (transformer-block moved whole: nothing left it)
+NEW_PAGES = {"04-whys": "04b-subspaces-positions", "05-causal": "05b-kv-cache",
+             "transformer-block": None}
 CASES = [(page, anchor) for page, anchors in OLD_ANCHORS.items() for anchor in anchors]
 
 
@@ -83,12 +95,15 @@ def test_old_anchor_still_resolves(page: str, anchor: str) -> None:
 
 
 def test_split_pages_are_in_the_toctree_in_reading_order() -> None:
+    """The split chapters in order, and the block chapter after the masks it uses and
+    before the KV-cache chapter that generates with its TinyLM."""
     require_built_site()
     index = (HTML / "index.html").read_text(encoding="utf-8")
-    order = [index.find(f'href="chapters/{p}.html"') for p in
-             ("04-whys", "04b-subspaces-positions", "05-causal", "05b-kv-cache", "06-perplexity")]
-    assert -1 not in order, f"a split chapter is missing from the table of contents: {order}"
-    assert order == sorted(order), "the split chapters are out of reading order"
+    pages = ("03-multi-head", "04-whys", "04b-subspaces-positions", "05-causal",
+             "transformer-block", "05b-kv-cache", "06-perplexity")
+    order = [index.find(f'href="chapters/{p}.html"') for p in pages]
+    assert -1 not in order, f"a chapter is missing from the table of contents: {order}"
+    assert order == sorted(order), "the chapters are out of reading order"
 
 
 @pytest.mark.browser
