@@ -11,7 +11,7 @@ and Binder at the ``.md`` in the repository. This extension, after the theme:
 * points Colab at that notebook on the published branch
   (``launch_notebook_branch``, where the site is deployed), and
 * adds the whole-book PDF (``book_pdf_name``, made by ``make pdf``) to every
-  page's download menu, and
+  page's download menu when the build serves it (``-t book_pdf``, `make site`), and
 * points Binder at a separate, rarely changing environment ref
   (``launch_binder_env_ref``, made from ``_extra/binder`` by the Pages workflow)
   whose image nbgitpuller fills with the notebooks of the published branch. The
@@ -47,7 +47,11 @@ from sphinx.util import docname_join, logging
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SETUP_MARK", "binder_url", "colab_url"]
+__all__ = ["BOOK_PDF_TAG", "SETUP_MARK", "binder_url", "colab_url"]
+
+#: The tag (``sphinx-build -t book_pdf``, `make site`) of a build whose site holds the
+#: whole-book PDF: only then do the pages link it (index.md's ``{only}`` block too).
+BOOK_PDF_TAG = "book_pdf"
 
 
 def executed_notebook(path: Path, cache_path: str | None) -> Any:
@@ -167,18 +171,19 @@ def _walk(buttons: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 
 def _book_pdf_button(app: Sphinx, context: dict) -> None:
-    """The download menu offers the whole book as a PDF (`make pdf` copies it into
-    the site); the theme's own ".pdf" entry only prints the page, so it says so."""
+    """The download menu offers the whole book as a PDF when the build serves it
+    (``-t book_pdf``: `make site` copies the PDF into the site); the theme's own
+    ".pdf" entry only prints the page, so it says so."""
     name = app.config.book_pdf_name
-    if not name:
+    for button in _walk(context.get("header_buttons", [])):
+        if button.get("label") == "download-pdf-button":
+            button["text"], button["tooltip"] = "print", "Print this page"
+    if not name or not app.tags.has(BOOK_PDF_TAG):
         return
     for button in _walk(context.get("header_buttons", [])):
         if button.get("label") != "download-buttons":
             continue
         entries = button.setdefault("buttons", [])
-        for entry in entries:
-            if entry.get("label") == "download-pdf-button":
-                entry["text"], entry["tooltip"] = "print", "Print this page"
         if not any(e.get("label") == "download-book-pdf-button" for e in entries):
             entries.append({
                 "type": "link", "url": context["pathto"](name, 1), "text": "book .pdf",
