@@ -218,6 +218,19 @@ def _on_page_context(
             button["url"] = urls[button["text"]]
 
 
+def _binder_requirements_install_spec(app: Sphinx, exception: Exception | None) -> None:
+    """The site's copy of ``binder/requirements.txt`` (from ``html_extra_path``) installs
+    the package from the repository the book is built for (``launch_install_spec``), as
+    the notebooks' install cells do: a fork's site names the fork, not the original."""
+    path = Path(app.outdir) / "binder" / "requirements.txt"
+    if exception is not None or app.builder.format != "html" or not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8")
+    lines = [app.config.launch_install_spec if ln.startswith("selfattn @ ") else ln
+             for ln in text.split("\n")]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
 def setup(app: Sphinx) -> dict:
     app.add_config_value("launch_notebook_branch", "gh-pages", "html")
     app.add_config_value("launch_binder_env_ref", "binder-env", "html")
@@ -227,4 +240,5 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value("book_pdf_name", "self-attention-verified.pdf", "html")
     # After sphinx-book-theme's own handler (default priority 500) has built the buttons.
     app.connect("html-page-context", _on_page_context, priority=900)
+    app.connect("build-finished", _binder_requirements_install_spec)
     return {"version": "2.0", "parallel_read_safe": True, "parallel_write_safe": True}
