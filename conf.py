@@ -151,6 +151,26 @@ launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"
 # and under /en/latest/ on Read the Docs.
 notfound_urls_prefix = HOSTING.site_path
 
+# --- search engines and shared links --------------------------------------
+# Every page names its address (<link rel="canonical">), sitemap.xml lists every page
+# with its last commit's date, and OpenGraph/Twitter tags give a shared link a title, a
+# description (the page's first paragraph) and a preview image drawn by
+# images/make_diagrams.py. No tag names another host than the site's own.
+html_baseurl = HOSTING.site_url
+extensions += ["sphinx_sitemap", "sphinxext.opengraph"]
+sitemap_url_scheme = "{link}"  # not the default {lang}{version}{link}: no /en/ folder here
+sitemap_show_lastmod = True
+sitemap_excludes = ["search.html", "genindex.html", "py-modindex.html", "404.html"]
+html_extra_path.append("images/social-preview.png")  # served at the site's root
+ogp_site_url = HOSTING.site_url
+ogp_image = "social-preview.png"  # relative to ogp_site_url
+ogp_image_alt = f"{project}: the book's title beside the causal attention weights of a sentence"
+ogp_social_cards = {"enable": False}  # one preview image for every page, no per-page cards
+ogp_custom_meta_tags = [
+    '<meta property="og:image:width" content="1200" />',
+    '<meta property="og:image:height" content="630" />',
+    '<meta name="twitter:card" content="summary_large_image" />',
+]
 html_last_updated_fmt = "%Y-%m-%d"
 # Without this the theme starts with an empty mode and logs a console error.
 html_context = {"default_mode": "auto"}
