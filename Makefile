@@ -116,13 +116,15 @@ browser-deps:
 # from its front page. It reuses the site's executed notebooks (jupyter-cache).
 PDF_NAME := self-attention-verified.pdf
 # XeLaTeX, latexmk, xindy, the fonts and pdftotext (for the tests) come from Debian,
-# installed like Chromium.
+# installed like Chromium. The fonts are looked up without a pipe into grep -q: under
+# pipefail, grep's early exit made fc-list die of SIGPIPE and a present font "missing"
+# (then a non-root build stopped, and a root one ran apt-get for nothing).
 LATEX_DEBS := texlive-xetex latexmk texlive-fonts-recommended fonts-freefont-otf fonts-dejavu-core xindy poppler-utils
 
 latex-deps:
 	@missing=""; for tool in xelatex latexmk xindy pdftotext; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
-	fc-list 2>/dev/null | grep -q FreeSerif || missing="$$missing FreeSerif"; \
-	fc-list 2>/dev/null | grep -q "DejaVu Sans Mono" || missing="$$missing DejaVuSansMono"; \
+	[ -n "$$(fc-list FreeSerif family 2>/dev/null)" ] || missing="$$missing FreeSerif"; \
+	[ -n "$$(fc-list 'DejaVu Sans Mono' family 2>/dev/null)" ] || missing="$$missing DejaVuSansMono"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian's $(LATEX_DEBS) for the PDF (missing:$$missing)"; \
