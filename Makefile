@@ -149,7 +149,7 @@ PYTEST = PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(VENV)/bin/pytest -p xdist.plugin -p 
 # -n auto: the tests run in one pytest-xdist worker per core (the browser tests read the
 # site built above; loadgroup keeps the tests of one page on one worker, see conftest.py).
 test: html browser-deps
-	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images .ci/hosted-dry-run
 	$(PYTEST) -n auto --dist loadgroup -m "not timing and not slow"
 
 # The tests marked slow (pyproject.toml): the browser sweeps over every page (axe in light
@@ -174,7 +174,7 @@ diagrams: $(STAMP)
 	$(PY) images/make_diagrams.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images
+	$(VENV)/bin/ruff check code tests _ext conf.py benchmarks images .ci/hosted-dry-run
 
 lock: $(STAMP)
 	$(PY) -m pip freeze --exclude-editable | grep -v "^torch==" > requirements-lock.txt
