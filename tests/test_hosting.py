@@ -132,7 +132,7 @@ def broken_links(root: Path, site: Hosting) -> tuple[list[str], int]:
 
 def pdf_linkers(root: Path) -> list[str]:
     """The pages that link the whole-book PDF (front page text or download menu)."""
-    pattern = re.compile(r'href="(?:\.\./)*' + re.escape(PDF_NAME) + '"')
+    pattern = re.compile(r'href="(?:[^"]*/)?' + re.escape(PDF_NAME) + '"')
     return sorted(str(p.relative_to(root)) for p in root.rglob("*.html")
                   if pattern.search(p.read_text(encoding="utf-8")))
 
