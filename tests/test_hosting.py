@@ -160,6 +160,7 @@ def test_the_crawl_finds_a_missing_file(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.build  # reads the built site (make test builds it; test-fast does not)
 def test_every_link_of_the_built_site_names_a_file_it_holds() -> None:
     """After `make html` (make test) or `make site` (the slow tier): no link, image,
     script, stylesheet, font, canonical or sitemap URL names a file the site lacks."""
@@ -170,6 +171,7 @@ def test_every_link_of_the_built_site_names_a_file_it_holds() -> None:
         broken[:40])
 
 
+@pytest.mark.build  # reads the built site (make test builds it; test-fast does not)
 def test_the_pages_link_the_pdf_exactly_when_the_site_holds_it() -> None:
     """`make html` alone: no page links the PDF (the site has none). `make site`: the
     front page and every chapter's download menu link it, and the site holds it."""
@@ -184,6 +186,7 @@ def test_the_pages_link_the_pdf_exactly_when_the_site_holds_it() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.build
 def test_after_make_site_every_link_resolves_and_the_pdf_is_served() -> None:
     """The slow tier reads the site `make site` built (the hosted site): the PDF is in it,
     equal to the one `make pdf` wrote, linked from the front page and every menu, and
@@ -303,6 +306,7 @@ def _meta(html: str) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.build  # reads the built site (make test builds it; test-fast does not)
 def test_every_page_has_its_canonical_url_and_a_shared_link_preview() -> None:
     """A shared link shows the page's title, its first paragraph and the preview image;
     search engines get one canonical address per page. Every URL is the site's own."""
@@ -333,6 +337,7 @@ def test_every_page_has_its_canonical_url_and_a_shared_link_preview() -> None:
             rel, description)
 
 
+@pytest.mark.build  # reads the built site (make test builds it; test-fast does not)
 def test_sitemap_lists_every_page_at_the_sites_address() -> None:
     require_built_site()
     ns = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
