@@ -24,6 +24,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
@@ -474,7 +475,7 @@ def test_a_forks_hosted_build_links_the_fork_everywhere(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.build
-def test_the_pages_workflow_runs_as_a_hosted_runner_runs_it(tmp_path: Path) -> None:
+def test_the_pages_workflow_runs_as_a_hosted_runner_runs_it() -> None:
     """.ci/hosted-dry-run: the workflow's steps on a fresh clone of HEAD, as an
     unprivileged user, cold cache; the publish steps push to a local remote, whose
     gh-pages must hold the site, its PDF and sitemap, and binder-env the environment."""
@@ -482,9 +483,11 @@ def test_the_pages_workflow_runs_as_a_hosted_runner_runs_it(tmp_path: Path) -> N
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("the hosted dry run needs root (useradd); CI runs as root")
         pytest.skip("the hosted dry run needs root (useradd)")
+    # not under pytest's tmp_path: its folders are closed to other users, the runner too
+    work = Path(tempfile.mkdtemp(prefix="hosted-dry-run-")) / "work"
+    work.parent.chmod(0o755)
     run = subprocess.run([sys.executable, str(ROOT / ".ci" / "hosted-dry-run"),
-                          "--work", str(tmp_path / "dry-run")],
-                         capture_output=True, text=True, timeout=4500)
+                          "--work", str(work)], capture_output=True, text=True, timeout=4500)
     (ROOT / "_build").mkdir(exist_ok=True)
     (ROOT / "_build" / "hosted-dry-run.log").write_text(run.stdout + run.stderr)
     summary = run.stdout[run.stdout.rfind("dry-run: summary:"):]
@@ -492,4 +495,4 @@ def test_the_pages_workflow_runs_as_a_hosted_runner_runs_it(tmp_path: Path) -> N
     assert re.search(r"^\s+\d+\. make site\s+ok", summary, re.M), summary
     assert re.search(r"^\s+\d+\. make test\s+ok", summary, re.M), summary
     assert re.search(r"checks of what was pushed\s+ok", summary), summary
-    shutil.rmtree(tmp_path / "dry-run", ignore_errors=True)
+    shutil.rmtree(work.parent, ignore_errors=True)
