@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -486,12 +487,19 @@ def test_the_pages_workflow_runs_as_a_hosted_runner_runs_it() -> None:
     # not under pytest's tmp_path: its folders are closed to other users, the runner too
     work = Path(tempfile.mkdtemp(prefix="hosted-dry-run-")) / "work"
     work.parent.chmod(0o755)
-    run = subprocess.run([sys.executable, str(ROOT / ".ci" / "hosted-dry-run"),
-                          "--work", str(work)], capture_output=True, text=True, timeout=4500)
+    # its own process group: on a timeout the whole run (make, the kernels) is stopped
+    proc = subprocess.Popen([sys.executable, str(ROOT / ".ci" / "hosted-dry-run"),
+                             "--work", str(work)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=4500)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
     (ROOT / "_build").mkdir(exist_ok=True)
-    (ROOT / "_build" / "hosted-dry-run.log").write_text(run.stdout + run.stderr)
-    summary = run.stdout[run.stdout.rfind("dry-run: summary:"):]
-    assert run.returncode == 0, f"{summary}\n(full log: _build/hosted-dry-run.log)"
+    (ROOT / "_build" / "hosted-dry-run.log").write_text(output)
+    summary = output[output.rfind("dry-run: summary:"):]
+    assert proc.returncode == 0, f"{summary}\n(full log: _build/hosted-dry-run.log)"
     assert re.search(r"^\s+\d+\. make site\s+ok", summary, re.M), summary
     assert re.search(r"^\s+\d+\. make test\s+ok", summary, re.M), summary
     assert re.search(r"checks of what was pushed\s+ok", summary), summary
