@@ -6,7 +6,6 @@ typesets math at build time with KaTeX served from the build itself, so the
 site works offline and no page waits for a math script.
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -116,8 +115,17 @@ _alias_repr_workaround()
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
+# --- where the book is hosted ---------------------------------------------
+# The original's repository and site. A hosted build of a fork (GitHub Actions, Read the
+# Docs) takes its own from the build's environment (_ext/hosting.py), so the fork's launch
+# buttons, install cells, "edit" links, canonical links and sitemap point at the fork.
+from hosting import hosted  # noqa: E402
+
+HOSTING = hosted(repository="https://github.com/selfattn-verified/self-attention-verified",
+                 site="https://selfattn-verified.github.io/self-attention-verified/")
+REPOSITORY = HOSTING.repository_url
+
 # --- theme ----------------------------------------------------------------
-REPOSITORY = "https://github.com/selfattn-verified/self-attention-verified"
 html_theme = "sphinx_book_theme"
 html_theme_options = {
     "repository_url": REPOSITORY,
@@ -136,14 +144,33 @@ html_theme_options = {
 }
 launch_notebook_branch = "gh-pages"  # the Pages workflow publishes _build/html there
 launch_binder_env_ref = "binder-env"  # _extra/binder only; the workflow keeps its commit stable
-publish_site_url = "https://selfattn-verified.github.io/self-attention-verified/"
+publish_site_url = HOSTING.site_url
 launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"
 
 # The 404 page links with absolute URLs: the site lives under /<repo>/ on GitHub Pages
 # and under /en/latest/ on Read the Docs.
-notfound_urls_prefix = (
-    "/en/latest/" if os.environ.get("READTHEDOCS") else "/self-attention-verified/"
-)
+notfound_urls_prefix = HOSTING.site_path
+
+# --- search engines and shared links --------------------------------------
+# Every page names its address (<link rel="canonical">), sitemap.xml lists every page
+# with its last commit's date, and OpenGraph/Twitter tags give a shared link a title, a
+# description (the page's first paragraph) and a preview image drawn by
+# images/make_diagrams.py. No tag names another host than the site's own.
+html_baseurl = HOSTING.site_url
+extensions += ["sphinx_sitemap", "sphinxext.opengraph"]
+sitemap_url_scheme = "{link}"  # not the default {lang}{version}{link}: no /en/ folder here
+sitemap_show_lastmod = True
+sitemap_excludes = ["search.html", "genindex.html", "py-modindex.html", "404.html"]
+html_extra_path.append("images/social-preview.png")  # served at the site's root
+ogp_site_url = HOSTING.site_url
+ogp_image = "social-preview.png"  # relative to ogp_site_url
+ogp_image_alt = f"{project}: the book's title beside the causal attention weights of a sentence"
+ogp_social_cards = {"enable": False}  # one preview image for every page, no per-page cards
+ogp_custom_meta_tags = [
+    '<meta property="og:image:width" content="1200" />',
+    '<meta property="og:image:height" content="630" />',
+    '<meta name="twitter:card" content="summary_large_image" />',
+]
 html_last_updated_fmt = "%Y-%m-%d"
 # Without this the theme starts with an empty mode and logs a console error.
 html_context = {"default_mode": "auto"}

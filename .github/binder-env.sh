@@ -9,12 +9,19 @@
 # content that nbgitpuller pulls into that image.
 #
 # Usage: .github/binder-env.sh SCRATCH_DIR   (the directory is replaced)
+# With GITHUB_REPOSITORY=OWNER/REPO the image installs selfattn from that repository.
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)/_extra/binder"
 work="${1:?usage: $0 SCRATCH_DIR}"
 rm -rf "$work"
 mkdir -p "$work/binder"
 cp "$src"/* "$work/binder/"
+# The image installs the package from the repository that publishes it: a fork's
+# Binder builds the fork's package (GITHUB_REPOSITORY: set by GitHub Actions).
+if [ -n "${GITHUB_REPOSITORY:-}" ]; then
+  sed -i "s|^selfattn @ git+https://github.com/[^@]*@|selfattn @ git+https://github.com/${GITHUB_REPOSITORY}@|" \
+    "$work/binder/requirements.txt"
+fi
 cd "$work"
 git init -q -b binder-env
 git add -A

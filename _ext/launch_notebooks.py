@@ -11,7 +11,7 @@ and Binder at the ``.md`` in the repository. This extension, after the theme:
 * points Colab at that notebook on the published branch
   (``launch_notebook_branch``, where the site is deployed), and
 * adds the whole-book PDF (``book_pdf_name``, made by ``make pdf``) to every
-  page's download menu, and
+  page's download menu when the build serves it (``-t book_pdf``, `make site`), and
 * points Binder at a separate, rarely changing environment ref
   (``launch_binder_env_ref``, made from ``_extra/binder`` by the Pages workflow)
   whose image nbgitpuller fills with the notebooks of the published branch. The
@@ -47,7 +47,11 @@ from sphinx.util import docname_join, logging
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SETUP_MARK", "binder_url", "colab_url"]
+__all__ = ["BOOK_PDF_TAG", "SETUP_MARK", "binder_url", "colab_url"]
+
+#: The tag (``sphinx-build -t book_pdf``, `make site`) of a build whose site holds the
+#: whole-book PDF: only then do the pages link it (index.md's ``{only}`` block too).
+BOOK_PDF_TAG = "book_pdf"
 
 
 def executed_notebook(path: Path, cache_path: str | None) -> Any:
@@ -167,18 +171,19 @@ def _walk(buttons: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 
 def _book_pdf_button(app: Sphinx, context: dict) -> None:
-    """The download menu offers the whole book as a PDF (`make pdf` copies it into
-    the site); the theme's own ".pdf" entry only prints the page, so it says so."""
+    """The download menu offers the whole book as a PDF when the build serves it
+    (``-t book_pdf``: `make site` copies the PDF into the site); the theme's own
+    ".pdf" entry only prints the page, so it says so."""
     name = app.config.book_pdf_name
-    if not name:
+    for button in _walk(context.get("header_buttons", [])):
+        if button.get("label") == "download-pdf-button":
+            button["text"], button["tooltip"] = "print", "Print this page"
+    if not name or not app.tags.has(BOOK_PDF_TAG):
         return
     for button in _walk(context.get("header_buttons", [])):
         if button.get("label") != "download-buttons":
             continue
         entries = button.setdefault("buttons", [])
-        for entry in entries:
-            if entry.get("label") == "download-pdf-button":
-                entry["text"], entry["tooltip"] = "print", "Print this page"
         if not any(e.get("label") == "download-book-pdf-button" for e in entries):
             entries.append({
                 "type": "link", "url": context["pathto"](name, 1), "text": "book .pdf",
@@ -213,6 +218,19 @@ def _on_page_context(
             button["url"] = urls[button["text"]]
 
 
+def _binder_requirements_install_spec(app: Sphinx, exception: Exception | None) -> None:
+    """The site's copy of ``binder/requirements.txt`` (from ``html_extra_path``) installs
+    the package from the repository the book is built for (``launch_install_spec``), as
+    the notebooks' install cells do: a fork's site names the fork, not the original."""
+    path = Path(app.outdir) / "binder" / "requirements.txt"
+    if exception is not None or app.builder.format != "html" or not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8")
+    lines = [app.config.launch_install_spec if ln.startswith("selfattn @ ") else ln
+             for ln in text.split("\n")]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
 def setup(app: Sphinx) -> dict:
     app.add_config_value("launch_notebook_branch", "gh-pages", "html")
     app.add_config_value("launch_binder_env_ref", "binder-env", "html")
@@ -222,4 +240,5 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value("book_pdf_name", "self-attention-verified.pdf", "html")
     # After sphinx-book-theme's own handler (default priority 500) has built the buttons.
     app.connect("html-page-context", _on_page_context, priority=900)
+    app.connect("build-finished", _binder_requirements_install_spec)
     return {"version": "2.0", "parallel_read_safe": True, "parallel_write_safe": True}

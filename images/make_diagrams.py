@@ -1,4 +1,4 @@
-"""Draw the book's diagrams as SVG files in this folder.
+"""Draw the book's diagrams as SVG files in this folder, and the shared-link preview.
 
 Run ``make diagrams`` (or ``python images/make_diagrams.py``). Each diagram is
 drawn twice: ``NAME.svg`` for the light theme (and the PDF) and
@@ -6,6 +6,9 @@ drawn twice: ``NAME.svg`` for the light theme (and the PDF) and
 the theme's ``only-light`` / ``only-dark`` classes. The light variant is also
 written as ``NAME.pdf`` for the PDF book (a chapter names ``NAME.*`` and each
 builder takes the format it supports).
+
+``social-preview.png`` is the image a shared link shows (OpenGraph, Twitter card):
+the title beside causal attention weights computed here.
 
 The shapes written in the diagrams are the shapes of the chapters' own worked
 examples. They live in :data:`EXAMPLES`, and ``tests/test_diagrams.py`` checks
@@ -414,8 +417,75 @@ DIAGRAMS: dict[str, Callable[[Theme], Canvas]] = {
 }
 
 
+#: The image a shared link shows (OpenGraph and Twitter card; conf.py's ``ogp_image``):
+#: 1200 x 630 px, the size both ask for, opaque (a preview has no page colour behind it).
+PREVIEW = "social-preview"
+PREVIEW_INCHES, PREVIEW_DPI = (12.0, 6.3), 100
+
+
+def causal_weights(seq_len: int, d_k: int = 4, seed: int = 0) -> list[list[float]]:
+    """Causal attention weights softmax(QKᵀ/√d_k + mask) of random queries and keys.
+
+    Row i holds the weights of query i over keys 0..i (zero beyond): each row sums
+    to 1. Computed here, with a fixed seed, so the preview draws weights, not a pattern
+    typed by hand."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    q, k = rng.normal(size=(2, seq_len, d_k))  # (seq_len, d_k) each
+    scores = q @ k.T / np.sqrt(d_k)  # (seq_len, seq_len)
+    scores[np.triu_indices(seq_len, 1)] = -np.inf  # a query sees itself and earlier keys
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    weights /= weights.sum(axis=1, keepdims=True)
+    assert np.allclose(weights.sum(axis=1), 1.0)
+    return weights.tolist()
+
+
+def social_preview(out_dir: Path) -> Path:
+    """The book's title beside the causal attention weights of chapter 5's sentence."""
+    theme = LIGHT
+    width, height = PREVIEW_INCHES
+    cv = Canvas(width, height, theme)
+    cv.fig.patch.set_alpha(1.0)
+    cv.fig.patch.set_facecolor("white")
+    cv.ax.add_patch(Rectangle((0, 0), 0.22, height, facecolor=BLUE, edgecolor="none"))
+    cv.text(0.75, 4.55, "Self-Attention,", size=54, weight="bold", ha="left")
+    cv.text(0.75, 3.55, "Verified", size=54, weight="bold", ha="left")
+    cv.text(0.78, 2.35, "Self-attention from first principles.", size=21, ha="left")
+    cv.text(0.78, 1.8, "Every number on its pages is computed", size=21, muted=True,
+            ha="left")
+    cv.text(0.78, 1.3, "by tested code while the book is built.", size=21, muted=True,
+            ha="left")
+    tokens = MASK_TOKENS
+    n, cell = len(tokens), 0.66
+    left, top = 8.15, 5.15
+    for i, row in enumerate(causal_weights(n)):
+        for j, w in enumerate(row):
+            x, y = left + j * cell, top - (i + 1) * cell
+            if j > i:  # masked: hatched, as in the causal-mask diagram
+                cv.ax.add_patch(Rectangle((x, y), cell, cell, facecolor="none",
+                                          edgecolor=theme.muted, hatch="///", linewidth=0))
+            else:
+                cv.ax.add_patch(Rectangle((x, y), cell, cell, facecolor=ORANGE,
+                                          alpha=0.12 + 0.88 * w, edgecolor="none"))
+        cv.text(left - 0.12, top - (i + 0.5) * cell, tokens[i], size=17, ha="right")
+    for j, token in enumerate(tokens):
+        cv.text(left + (j + 0.5) * cell, top + 0.22, token, size=16)
+    for k in range(n + 1):
+        lw = 1.2 if k in (0, n) else 0.4
+        cv.ax.plot([left, left + n * cell], [top - k * cell] * 2, color=theme.ink, linewidth=lw)
+        cv.ax.plot([left + k * cell] * 2, [top, top - n * cell], color=theme.ink, linewidth=lw)
+    cv.text(left + n * cell / 2, top - n * cell - 0.38, "causal attention weights", size=17,
+            muted=True)
+    path = out_dir / f"{PREVIEW}.png"
+    cv.fig.savefig(path, format="png", dpi=PREVIEW_DPI, metadata={"Software": None})
+    plt.close(cv.fig)
+    return path
+
+
 def draw_all(out_dir: Path = HERE) -> list[Path]:
-    """Write every diagram, light and dark, into ``out_dir``; return the paths."""
+    """Write every diagram, light and dark, and the shared-link preview into ``out_dir``;
+    return the paths."""
     plt.rcParams.update({
         "svg.fonttype": "none",  # text stays text
         "svg.hashsalt": "self-attention-verified",  # stable element ids
@@ -430,6 +500,7 @@ def draw_all(out_dir: Path = HERE) -> list[Path]:
     for stem, draw in DIAGRAMS.items():
         for theme in (LIGHT, DARK):
             paths.extend(draw(theme).save(stem, out_dir))
+    paths.append(social_preview(out_dir))
     return paths
 
 

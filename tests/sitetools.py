@@ -19,8 +19,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+
+
+def conf_hosting() -> object:
+    """The repository and site conf.py gives the book in this environment: its defaults
+    (the ``hosted(repository=..., site=...)`` call, read without running conf.py), or a
+    hosted build's own (_ext/hosting.py), as the build that made the site saw them."""
+    import ast
+
+    if str(ROOT / "_ext") not in sys.path:
+        sys.path.append(str(ROOT / "_ext"))
+    from hosting import hosted
+
+    tree = ast.parse((ROOT / "conf.py").read_text(encoding="utf-8"))
+    call = next(node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "hosted")
+    return hosted(**{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+
+
+HOSTING = conf_hosting()
+REPOSITORY = HOSTING.repository_url  # https://github.com/OWNER/REPO
 # GitHub Pages serves the site under /<repository>/ (conf.py's notfound_urls_prefix).
-PREFIX = "/self-attention-verified/"
+PREFIX = HOSTING.site_path
 
 
 def require_built_site() -> Path:

@@ -1,8 +1,8 @@
 """The diagrams in images/: drawn by the script, labelled with the chapters' shapes, readable.
 
-* The committed SVG files are byte for byte what ``images/make_diagrams.py``
-  draws, so neither a hand edit nor a script edit without ``make diagrams``
-  can slip in.
+* The committed SVG, PDF and PNG files (the diagrams and the shared-link preview) are
+  byte for byte what ``images/make_diagrams.py`` draws, so neither a hand edit nor a
+  script edit without ``make diagrams`` can slip in.
 * The shapes the diagrams are labelled with are the chapters' own worked
   examples (read from the chapters' code cells).
 * The smallest text of every diagram renders at >= 9 CSS px when the diagram
@@ -44,9 +44,11 @@ def _chapter_sources() -> str:
 @pytest.mark.slow
 def test_committed_svgs_are_what_the_script_draws(tmp_path: Path) -> None:
     drawn = {p.name: p.read_bytes() for p in diagrams.draw_all(tmp_path)}
-    committed = {p.name: p.read_bytes() for p in IMAGES.iterdir() if p.suffix in (".svg", ".pdf")}
+    committed = {p.name: p.read_bytes() for p in IMAGES.iterdir()
+                 if p.suffix in (".svg", ".pdf", ".png")}
     assert sorted(committed) == sorted(drawn), (
-        "images/ holds SVG/PDF files the script does not draw, or misses some: run `make diagrams`"
+        "images/ holds SVG/PDF/PNG files the script does not draw, or misses some: "
+        "run `make diagrams`"
     )
     stale = [name for name in drawn if drawn[name] != committed[name]]
     assert not stale, f"out of date (run `make diagrams` and commit): {stale}"

@@ -25,7 +25,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from sitetools import CHAPTERS, HTML, ROOT, require_built_site
+from sitetools import CHAPTERS, HTML, REPOSITORY, ROOT, require_built_site
 
 sys.path.insert(0, str(ROOT / "_ext"))
 from publish_notebooks import (  # noqa: E402
@@ -293,9 +293,9 @@ def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> str:
     shutil.copy2(ROOT / "pyproject.toml", package)
     shutil.copytree(ROOT / "code", package / "code",
                     ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
-    # CPU torch 2.13.0 (the pin), the package itself, a kernel, the notebooks' own extras
+    # CPU torch (the pin), the package itself, a kernel, the notebooks' own extras
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, "torch==2.13.0", str(package), "ipykernel==7.4.0", *extras],
+    subprocess.run([*pip, f"torch=={torch_pin()}", str(package), "ipykernel==7.4.0", *extras],
                    check=True, cwd=env)
     probe = subprocess.run(
         [str(python), "-c", "import importlib.util as u; import selfattn, sys;"
@@ -339,6 +339,12 @@ def test_published_notebook_runs_top_to_bottom_in_a_fresh_venv(
 BINDER = ROOT / "_extra" / "binder"
 
 
+def torch_pin() -> str:
+    """PyTorch's version, written once: the ``torch==`` line of requirements.txt."""
+    lines = (ROOT / "requirements.txt").read_text().split("\n")
+    return next(ln.split("==", 1)[1].split()[0] for ln in lines if ln.startswith("torch=="))
+
+
 def lock_pins() -> dict[str, str]:
     lines = (ROOT / "requirements-lock.txt").read_text().split("\n")
     return dict(ln.strip().split("==", 1) for ln in lines if "==" in ln and not ln.startswith("#"))
@@ -349,7 +355,7 @@ def test_binder_environment_is_cpu_torch_and_matches_the_lock() -> None:
              if ln.strip() and not ln.startswith("#")]
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
     pins = dict(ln.split("==", 1) for ln in lines if "==" in ln)
-    assert pins["torch"] == "2.13.0+cpu", "Binder must install the CPU build of torch"
+    assert pins["torch"] == f"{torch_pin()}+cpu", "Binder must install the CPU build of torch"
     lock = lock_pins()
     for name in ("numpy", "matplotlib", "torchmetrics"):
         assert pins[name] == lock[name], f"{name}: Binder {pins[name]} != lock {lock[name]}"
@@ -389,5 +395,6 @@ def test_built_launch_links(chapter: Path) -> None:
     assert colab and colab[0].endswith(f"/blob/gh-pages/{nb_rel}"), colab
     binder = re.findall(r'href="(https://mybinder\.org[^"]+)"', html)
     assert binder and "/binder-env?urlpath=git-pull" in binder[0], binder
-    assert unquote(unquote(binder[0])).endswith(f"/self-attention-verified/{nb_rel}")
+    repo_name = REPOSITORY.rsplit("/", 1)[-1]
+    assert unquote(unquote(binder[0])).endswith(f"/{repo_name}/{nb_rel}")
     assert "branch=gh-pages" in unquote(binder[0])
