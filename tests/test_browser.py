@@ -25,8 +25,6 @@ from sitetools import (
     serve,
 )
 
-pytestmark = pytest.mark.browser
-
 pytest.importorskip("playwright.sync_api")  # the fixtures (conftest.py) drive Chromium with it
 
 # Math is typeset at build time by KaTeX (see _ext/katex_local.py): every math
@@ -118,6 +116,7 @@ PAGES = (
 EVERYDAY_PAGES = {"index.html", "api.html", "chapters/04-whys.html"}
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("rel", [
     pytest.param(rel, marks=() if rel in EVERYDAY_PAGES else pytest.mark.slow)
     for rel in PAGES or ["index.html"]
@@ -172,6 +171,7 @@ def _other_host(url: str) -> bool:
     return url.startswith("//") or bool(re.match(r"(?:https?|wss?):", url, re.I))
 
 
+@pytest.mark.html
 def test_no_page_or_stylesheet_loads_from_another_host() -> None:
     """Every page of the site and every stylesheet it ships name only local resources
     (the browser test above proves it for three pages in `make test`, every page in
@@ -217,6 +217,7 @@ class _Hrefs(HTMLParser):
 PDF_FROM_MAKE_PDF = "self-attention-verified.pdf"
 
 
+@pytest.mark.html
 def test_internal_links_and_anchors_resolve() -> None:
     """Every link to a page of the site names a file that exists and an anchor on it."""
     require_built_site()
@@ -252,6 +253,7 @@ def test_internal_links_and_anchors_resolve() -> None:
     assert broken == [], "broken internal links:\n" + "\n".join(broken[:40])
 
 
+@pytest.mark.browser
 def test_blocker_catches_requests_to_other_hosts(browser: object, tmp_path: Path) -> None:
     """The offline check itself can fail: a page that loads a script from another host
     is recorded as external and the request is aborted."""

@@ -64,6 +64,7 @@ def _port_is_closed(url: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.browser
+@pytest.mark.html
 def test_failing_browser_tests_leave_no_process_port_or_temp_dir(tmp_path: Path) -> None:
     require_built_site()
     if chromium_path() is None:

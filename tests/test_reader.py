@@ -132,6 +132,7 @@ def luminance(css_color: str) -> float:
 
 # --- notation, glossary, citations -------------------------------------------------
 
+@pytest.mark.html
 def test_notation_page_renders_the_books_table() -> None:
     require_built_site()
     html = (HTML / "notation.html").read_text(encoding="utf-8")
@@ -139,6 +140,7 @@ def test_notation_page_renders_the_books_table() -> None:
         assert f">{code_name}<" in html, f"notation table lacks {code_name}"
 
 
+@pytest.mark.html
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_chapters_link_terms_to_the_glossary(rel: str) -> None:
     require_built_site()
@@ -146,6 +148,7 @@ def test_chapters_link_terms_to_the_glossary(rel: str) -> None:
     assert re.search(r'href="\.\./glossary\.html#term-', html), f"{rel} links no glossary term"
 
 
+@pytest.mark.html
 def test_citations_resolve_to_the_bibliography() -> None:
     require_built_site()
     refs = (HTML / "references.html").read_text(encoding="utf-8")
@@ -199,6 +202,7 @@ def test_copy_button_copies_code_only(browser: object, site: str) -> None:
 
 # --- downloads, launch buttons, repository buttons, dates --------------------------
 
+@pytest.mark.html
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_download_and_launch_point_at_executed_notebooks(chapter: Path) -> None:
     require_built_site()
@@ -219,6 +223,7 @@ def test_download_and_launch_point_at_executed_notebooks(chapter: Path) -> None:
         assert target.endswith(f"/{nb_rel}"), f"{host} link does not open the .ipynb: {target}"
 
 
+@pytest.mark.html
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_repository_buttons_and_last_updated(rel: str) -> None:
     require_built_site()
@@ -620,6 +625,7 @@ def test_figures_fit_a_phone_with_readable_text(browser: object, site: str, rel:
 
 # --- API page: parameter types ------------------------------------------------------
 
+@pytest.mark.html
 def test_api_page_names_the_array_type_instead_of_any() -> None:
     """Array parameters read `Array` (linked to its definition), not `Any`."""
     from bs4 import BeautifulSoup
