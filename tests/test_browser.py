@@ -19,7 +19,7 @@ from sitetools import (
     HTML,
     LOAD_ALL_IMAGES_JS,
     PREFIX,
-    RequestWatch,
+    OfflinePage,
     built_pages,
     require_built_site,
     serve,
@@ -64,45 +64,6 @@ IMAGES_JS = """
 """
 
 
-
-
-class PageVisit:
-    """Open one page with every non-local request blocked and recorded."""
-
-    def __init__(self, browser: object, base: str, rel: str, **context_args: object) -> None:
-        self.base = base
-        self.context = browser.new_context(**context_args)
-        self.page = self.context.new_page()
-        self.external: list[str] = []
-        self.page_errors: list[str] = []
-        self.console_errors: list[str] = []
-        self.failed: list[str] = []
-        host = urlparse(base).netloc
-        self.context.route("**/*", self._route(host))
-        self.page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
-        self.page.on("console", self._console)
-        self.page.on("requestfailed", lambda req: self.failed.append(req.url))
-        self.requests = RequestWatch(self.page)
-        self.response = self.page.goto(f"{base}/{rel}", wait_until="load")
-
-    def _route(self, host: str):  # noqa: ANN202
-        def handle(route, request) -> None:  # noqa: ANN001
-            url = urlparse(request.url)
-            if url.scheme in ("data", "blob", "about") or url.netloc == host:
-                route.continue_()
-            else:
-                self.external.append(request.url)
-                route.abort()
-        return handle
-
-    def _console(self, msg) -> None:  # noqa: ANN001
-        if msg.type == "error":
-            self.console_errors.append(msg.text)
-
-    def close(self) -> None:
-        self.context.close()
-
-
 PAGES = (
     [p.relative_to(HTML).as_posix() for p in built_pages()]
     if (HTML / "index.html").is_file() else []
@@ -122,7 +83,7 @@ EVERYDAY_PAGES = {"index.html", "api.html", "chapters/04-whys.html"}
     for rel in PAGES or ["index.html"]
 ])
 def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> None:
-    visit = PageVisit(browser, site, rel)
+    visit = OfflinePage(browser, site, rel)
     try:
         assert visit.response is not None and visit.response.ok, f"{rel}: HTTP error"
         math = visit.page.evaluate(MATH_READY_JS)
@@ -262,7 +223,7 @@ def test_blocker_catches_requests_to_other_hosts(browser: object, tmp_path: Path
         "<img src='http://img.example.invalid/y.png' alt='remote'></body></html>"
     )
     with serve(tmp_path) as base:
-        visit = PageVisit(browser, base, "index.html")
+        visit = OfflinePage(browser, base, "index.html")
         try:
             visit.page.wait_for_load_state("load")
             assert sorted(urlparse(u).netloc for u in visit.external) == [

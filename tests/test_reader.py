@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -18,10 +17,14 @@ import pytest
 
 from sitetools import (
     CHAPTERS,
+    DRAW_EVERY_SECTION_JS,
     HTML,
     LOAD_ALL_IMAGES_JS,
     ROOT,
+    WAIT_MATH_JS,
     RequestWatch,
+    luminance,
+    open_page,
     require_built_site,
 )
 
@@ -42,92 +45,6 @@ DESKTOP_VIEW = {"width": 1280, "height": 1600}
 MAX_PAGE_BYTES = 1_500_000
 MAX_TYPESET_SECONDS = 1.5  # the aim is 1 s; margin for a loaded CI machine
 BUDGET: dict[str, dict[str, float]] = {}
-
-# Math arrives typeset in the HTML (KaTeX at build time). A formula is drawn in its
-# final form once the document is parsed (domInteractive) and the KaTeX fonts it uses
-# have arrived. Sections below the first screen are laid out only when they near it
-# (content-visibility in custom.css), and so are the fonts only they use (AMS, Size1-4,
-# bold: they arrive when the reader scrolls or a script measures the section). So the
-# fonts that count are those asked for while the page was being parsed: the preloaded
-# KaTeX_Main and KaTeX_Math plus any the first screen needs. The later of parsing and
-# those fonts, in ms from navigation start, is the page's "math typeset" time.
-WAIT_MATH_JS = """
-async () => {
-  await document.fonts.ready;
-  const nav = performance.getEntriesByType('navigation')[0];
-  const fonts = performance.getEntriesByType('resource')
-    .filter(r => r.name.includes('/_static/katex/fonts/') && r.startTime < nav.domInteractive);
-  const fontsEnd = Math.max(0, ...fonts.map(f => f.responseEnd));
-  return {typeset: Math.max(nav.domInteractive, fontsEnd),
-          parsed: nav.domInteractive, fonts: fontsEnd, load: nav.loadEventEnd};
-}
-"""
-
-
-
-
-# Pages that read-only tests share: opening a chapter costs more than most checks on it,
-# so the tests that only measure (phone width, figures, math boxes, dark-mode colours,
-# axe) reuse one page per (page, viewport, colour scheme). conftest.py sends all tests of
-# a page to one xdist worker, so the pool stays small.
-_POOL: OrderedDict[tuple, tuple[object, object]] = OrderedDict()
-# Lay out every section of a chapter, as the jump script of _ext/offscreen_sections.py does.
-DRAW_EVERY_SECTION_JS = "document.documentElement.classList.remove('selfattn-skip-offscreen')"
-POOL_SIZE = 6
-
-
-class _Kept:
-    """The context handed out with a pooled page: close() leaves it open for the next test."""
-
-    def close(self) -> None:
-        pass
-
-
-def open_page(browser: object, site: str, rel: str, *, shared: bool = False,
-              whole: bool = True, **ctx: object) -> tuple[object, object]:
-    """A loaded page with other hosts blocked: (context, page).
-
-    whole=True (the sweeps): every section is laid out, its math fonts loaded and
-    every box that scrolls sideways measured, as for a reader who has scrolled
-    through it. whole=False (a test of the header, a menu or one cell): the page as
-    a reader first sees it, which is cheaper to open.
-    shared=True: the page may have been opened by an earlier test with the same
-    arguments, and stays open afterwards; only for tests that do not change it.
-    """
-    if shared:
-        key = (id(browser), site, rel, whole, json.dumps(ctx, sort_keys=True))
-        if key in _POOL:
-            _POOL.move_to_end(key)
-            return _Kept(), _POOL[key][1]
-        _POOL[key] = open_page(browser, site, rel, whole=whole, **ctx)
-        while len(_POOL) > POOL_SIZE:
-            _POOL.popitem(last=False)[1][0].close()
-        return _Kept(), _POOL[key][1]
-    context = browser.new_context(**ctx)
-    host = urlparse(site).netloc
-    context.route(
-        "**/*",
-        lambda route, req: route.continue_() if urlparse(req.url).netloc in (host, "")
-        else route.abort(),
-    )
-    page = context.new_page()
-    page.goto(f"{site}/{rel}", wait_until="load")
-    if not whole:
-        return context, page
-    # The checks look at the whole page, as a reader who scrolls through it sees it:
-    # sections off screen are drawn too (a skipped section has no colours or boxes
-    # to check; _ext/offscreen_sections.py), then its fonts are awaited, then every
-    # box that scrolls sideways is measured (scroll-hints.js measures a box when the
-    # reader nears it; test_scroll_hints_follow_the_reader checks that it does).
-    page.evaluate(DRAW_EVERY_SECTION_JS)
-    page.evaluate(WAIT_MATH_JS)
-    page.evaluate("window.selfattnScrollHints && window.selfattnScrollHints()")
-    return context, page
-
-
-def luminance(css_color: str) -> float:
-    r, g, b = (int(v) for v in re.findall(r"\d+", css_color)[:3])
-    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
 
 
 # --- notation, glossary, citations -------------------------------------------------
