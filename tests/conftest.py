@@ -1,4 +1,4 @@
-"""Fixtures shared by the browser tests (test_browser, test_reader, test_interactive, test_pdf).
+"""Fixtures shared by the browser tests (test_browser, test_reader_*, test_interactive, test_pdf).
 
 One static server over the built site and one headless Chromium per test session
 (per pytest-xdist worker): each test opens its own browser context, so tests do not

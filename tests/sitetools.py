@@ -43,13 +43,20 @@ def built_pages() -> list[Path]:
     )
 
 
-def all_pages() -> list[str]:
+def _all_pages() -> list[str]:
     """Every page of the built site, the search page and the general index included
     (``["index.html"]`` before the site is built, so that collection still works)."""
     if not (HTML / "index.html").is_file():
         return ["index.html"]
     return sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
                   if "_static" not in p.parts and "_sources" not in p.parts)
+
+
+ALL_PAGES = _all_pages()
+# Screenshots the browser tests leave for a human to look at.
+SHOTS = ROOT / "_build" / "screenshots"
+PHONE_VIEW = {"width": 390, "height": 844}
+DESKTOP_VIEW = {"width": 1280, "height": 1600}
 
 
 def luminance(css_color: str) -> float:

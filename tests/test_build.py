@@ -51,7 +51,7 @@ def test_glued_numbers_render() -> None:
 
 # The book's rule for figures: at most 5.5 in wide, no text below 10.5 pt. Then a 390 px
 # phone shows a whole figure in its 342 px figure box (a 5.5 in figure, 528 CSS px, shrinks
-# to 0.65) with its smallest text at >= 9 CSS px (tests/test_reader.py measures that).
+# to 0.65) with its smallest text at >= 9 CSS px (tests/test_reader_phone.py measures that).
 MAX_FIGURE_INCHES = 5.5
 MIN_FIGURE_FONT_PT = 10.5
 
