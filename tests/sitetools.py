@@ -181,14 +181,26 @@ class RequestWatch:
         page.on("requestfailed", lambda r: self.pending.pop(id(r), None))
 
     def settle(self, quiet: float = 0.5, timeout: float = 30.0) -> None:
+        """Return once no request has been in flight for ``quiet`` seconds.
+
+        Woken by the page's own request events, not by polling: while requests are in
+        flight it waits for the next to finish (a failed one ends the wait by its own
+        event too, at the latest after ``quiet``); once none is, it waits ``quiet``
+        seconds for a new one to start, and returns if none did."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
         deadline = time.monotonic() + timeout
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
+            wait_ms = 1000 * min(quiet, left)
             if self.pending:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= quiet:
-                return
-            self.page.wait_for_timeout(50)  # lets Playwright deliver the request events
+                event = "requestfinished"  # the handlers above also see requestfailed meanwhile
+            else:
+                event = "request"
+            try:
+                self.page.wait_for_event(event, timeout=wait_ms)
+            except PlaywrightTimeout:
+                if event == "request" and not self.pending and wait_ms >= 1000 * quiet:
+                    return  # quiet for `quiet` seconds: nothing started, nothing in flight
         urls = [r.url for r in self.pending.values()]
         raise AssertionError(f"requests still in flight after {timeout} s: {urls}")
 
