@@ -133,7 +133,8 @@ def test_axe_finds_no_serious_or_critical_violations(
         # once in dark mode, on the search button) reports a colour the page never rests at.
         page.add_style_tag(content="*, *::before, *::after { transition: none !important;"
                                    " animation: none !important; }")
-        page.wait_for_timeout(100)
+        page.wait_for_function(  # transitions cancelled, nothing mid-animation
+            "() => document.getAnimations().every(a => a.playState !== 'running')")
         if page.evaluate("typeof axe") == "undefined":
             page.add_script_tag(path=str(AXE))
         violations = page.evaluate(AXE_RUN_JS)

@@ -15,11 +15,13 @@ from sitetools import (
     HTML,
     PHONE_VIEW,
     SHOTS,
+    RequestWatch,
     open_page,
 )
 
 pytestmark = pytest.mark.browser
-pytest.importorskip("playwright.sync_api")  # the fixtures (conftest.py) drive Chromium with it
+# the fixtures (conftest.py) drive Chromium with it; expect() waits for a condition
+expect = pytest.importorskip("playwright.sync_api").expect
 
 
 # --- search -----------------------------------------------------------------------
@@ -58,11 +60,41 @@ def test_search_finds_the_right_sections(browser: object, site: str, term: str,
 
 JUMP_PAGE = "chapters/04-whys.html"
 TOP_JS = "id => document.getElementById(id).getBoundingClientRect().top"
+# Resolves once the fonts have loaded and `id`'s top (the scroll position when `id` is
+# null) has not moved for `frames` frames in a row: sections drawn, fonts applied, the
+# page at rest. Fails if it is still moving after `limit` ms.
+STILL_JS = """
+async ([id, frames, limit]) => {
+  const where = () => id === null ? window.scrollY
+    : document.getElementById(id).getBoundingClientRect().top;
+  await document.fonts.ready;
+  const start = performance.now();
+  let last = where(), still = 0;
+  while (still < frames) {
+    await new Promise(resolve => requestAnimationFrame(resolve));
+    const now = where();
+    still = Math.abs(now - last) < 0.5 ? still + 1 : 0;
+    last = now;
+    if (performance.now() - start > limit) {
+      throw new Error(`${id || 'scroll position'} still moving after ${limit} ms (${now})`);
+    }
+  }
+  return last;
+}
+"""
+STILL_FRAMES = 10
 
 
-def _settled_top(page: object, anchor: str) -> float:
-    page.wait_for_timeout(1200)  # lazy figures near the target load, sections get drawn
-    return page.evaluate(TOP_JS, anchor)
+def _settle(page: object, requests: RequestWatch, anchor: str | None) -> float:
+    """Wait until the page is at rest and return `anchor`'s top (or the scroll position):
+    no request in flight (the lazy figures near the target have loaded) and nothing
+    moving for STILL_FRAMES frames, again until no figure started loading meanwhile."""
+    for _ in range(10):
+        requests.settle()
+        where = page.evaluate(STILL_JS, [anchor, STILL_FRAMES, 15_000])
+        if not requests.pending:
+            return where
+    raise AssertionError(f"{JUMP_PAGE}: still loading after 10 rounds: {list(requests.pending)}")
 
 
 @pytest.mark.slow  # ~20 s a viewport: it waits for figures and sections to settle
@@ -76,29 +108,33 @@ def test_jumps_land_on_their_section(browser: object, site: str, view: dict) -> 
     line (lazy figures without a size in the tag moved it by 600-1300 px)."""
     context = browser.new_context(viewport=view)
     page = context.new_page()
+    requests = RequestWatch(page)
     try:
         for anchor in ("ch4-why-softmax", "summary", "exercises"):  # a link from elsewhere
             page.goto(f"{site}/{JUMP_PAGE}#{anchor}", wait_until="load")
-            top = _settled_top(page, anchor)
+            top = _settle(page, requests, anchor)
             assert 0 <= top <= 120, f"#{anchor} at {top} px after loading the page with it"
         page.goto(f"{site}/{JUMP_PAGE}", wait_until="load")  # an in-page link
         page.evaluate("""() => { const a = document.createElement('a');
             a.href = '#exercises'; a.textContent = 'go'; document.body.prepend(a); a.click(); }""")
-        top = _settled_top(page, "exercises")
+        top = _settle(page, requests, "exercises")
         assert 0 <= top <= 120, f"#exercises at {top} px after an in-page link"
         page.goto(f"{site}/{JUMP_PAGE}", wait_until="load")  # reload and back keep the place
         for _ in range(12):  # a reader scrolls down a dozen screens
+            y = page.evaluate("window.scrollY")
             page.mouse.wheel(0, view["height"])
-            page.wait_for_timeout(150)
-        page.wait_for_timeout(800)
+            page.wait_for_function(  # the wheel has moved the page (unless at the bottom)
+                """y => window.scrollY !== y || window.scrollY + window.innerHeight
+                   >= document.documentElement.scrollHeight - 1""", arg=y)
+        _settle(page, requests, None)
         anchor = page.evaluate("""() => Array.from(document.querySelectorAll('section[id]'))
             .find(s => s.getBoundingClientRect().top >= 0).id""")
         before = page.evaluate(TOP_JS, anchor)
         page.reload(wait_until="load")
-        after_reload = _settled_top(page, anchor)
+        after_reload = _settle(page, requests, anchor)
         page.goto(f"{site}/index.html", wait_until="load")
         page.go_back(wait_until="load")
-        after_back = _settled_top(page, anchor)
+        after_back = _settle(page, requests, anchor)
         assert abs(after_reload - before) <= 8, (anchor, before, after_reload)
         assert abs(after_back - before) <= 8, (anchor, before, after_back)
     finally:
@@ -122,10 +158,9 @@ def test_sidebar_toggles_open_the_chapter_list_and_page_contents_on_a_phone(
         assert primary.is_visible(), "no visible ☰ button in the article header"
         dialog = page.locator("#pst-primary-sidebar-modal")
         primary.tap()
-        page.wait_for_timeout(300)
-        assert dialog.evaluate("d => d.open"), "☰ did not open the chapter list"
+        expect(dialog, "☰ did not open the chapter list").to_have_js_property("open", True)
         link = dialog.locator("nav.bd-docs-nav a.reference", has_text="Multi-head").first
-        assert link.is_visible(), "chapter list opened but its links are not visible"
+        expect(link, "chapter list opened but its links are not visible").to_be_visible()
         link.tap()
         page.wait_for_url("**/chapters/03-multi-head.html*")
 
@@ -133,10 +168,9 @@ def test_sidebar_toggles_open_the_chapter_list_and_page_contents_on_a_phone(
         assert secondary.is_visible(), "no visible 'On this page' button"
         toc = page.locator("#pst-secondary-sidebar-modal")
         secondary.tap()
-        page.wait_for_timeout(300)
-        assert toc.evaluate("d => d.open"), "'On this page' did not open the contents"
+        expect(toc, "'On this page' did not open the contents").to_have_js_property("open", True)
         entry = toc.locator("nav a.nav-link").first
-        assert entry.is_visible(), "page contents opened but no entry is visible"
+        expect(entry, "page contents opened but no entry is visible").to_be_visible()
         page.screenshot(path=str(SHOTS / "phone-390-toc.png"))
     finally:
         context.close()
@@ -149,11 +183,10 @@ def test_sidebar_toggle_collapses_the_sidebar_on_a_desktop(browser: object, site
         sidebar = page.locator("#pst-primary-sidebar")
         assert sidebar.is_visible()
         page.locator(".bd-header-article button.primary-toggle").click()
-        page.wait_for_timeout(600)  # the theme animates the collapse
-        assert not sidebar.is_visible(), "'Toggle primary sidebar' left the sidebar in place"
+        # the theme animates the collapse: wait for its end state
+        expect(sidebar, "'Toggle primary sidebar' left the sidebar in place").to_be_hidden()
         page.locator(".bd-header-article button.primary-toggle").click()
-        page.wait_for_timeout(600)
-        assert sidebar.is_visible(), "a second click did not bring the sidebar back"
+        expect(sidebar, "a second click did not bring the sidebar back").to_be_visible()
     finally:
         context.close()
 

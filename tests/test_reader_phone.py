@@ -22,7 +22,8 @@ from sitetools import (
 )
 
 pytestmark = pytest.mark.browser
-pytest.importorskip("playwright.sync_api")  # the fixtures (conftest.py) drive Chromium with it
+# the fixtures (conftest.py) drive Chromium with it
+PlaywrightTimeout = pytest.importorskip("playwright.sync_api").TimeoutError
 
 
 # --- page width -------------------------------------------------------------------
@@ -98,6 +99,14 @@ FIGURES_JS = """
   scrollWidth: img.parentElement.scrollWidth, clientWidth: img.parentElement.clientWidth,
 }))
 """
+# figures.js gives each SVG figure its minimum width once the figure has loaded and it
+# has read the file (it marks the image data-min-text-px); a page without figures.js
+# has nothing to wait for. The src of each figure still waiting is returned.
+FIGURES_UNFITTED_JS = """
+() => document.querySelector("script[src*='figures.js']") === null ? [] :
+  Array.from(document.querySelectorAll(".cell_output img[src$='.svg']"))
+    .filter(img => !img.dataset.minTextPx).map(img => img.getAttribute('src'))
+"""
 
 
 def svg_text_metrics(path: Path) -> tuple[float, float]:
@@ -122,7 +131,12 @@ def test_figures_fit_a_phone_with_readable_text(browser: object, site: str, rel:
     context, page = open_page(browser, site, rel, shared=True, viewport=PHONE_VIEW)
     try:
         page.evaluate(LOAD_ALL_IMAGES_JS)  # figures load lazily
-        page.wait_for_timeout(300)  # figures.js sets the minimum widths after load
+        try:  # figures.js sets the minimum widths after each figure has loaded
+            page.wait_for_function(f"() => ({FIGURES_UNFITTED_JS})().length === 0",
+                                   timeout=15_000)
+        except PlaywrightTimeout:
+            unfitted = page.evaluate(FIGURES_UNFITTED_JS)
+            raise AssertionError(f"{rel}: figures.js never fitted {unfitted}") from None
         small, not_svg, scrolls = [], [], []
         figures = page.evaluate(FIGURES_JS)
         assert figures, f"{rel}: no figures found"
@@ -173,7 +187,8 @@ def test_boxes_that_scroll_sideways_show_a_hint_on_a_phone(
     """Every box with content hidden to the right fades that edge out (a CSS mask)."""
     context, page = open_page(browser, site, rel, shared=True, viewport=PHONE_VIEW)
     try:
-        page.wait_for_timeout(400)
+        # a font that arrives late changes boxes' widths (the script measures them again)
+        page.wait_for_function("document.fonts.status === 'loaded'")
         boxes = page.evaluate(SCROLL_BOXES_JS)
         assert boxes, f"{rel}: nothing scrolls sideways at 390 px (test would prove nothing)"
         no_hint = [b for b in boxes if "gradient" not in b["mask"]]
@@ -194,6 +209,24 @@ HINT_STATE_JS = """
                 focusable: box.tabIndex === 0,
                 top: box.getBoundingClientRect().top}))
 """.replace("{SCROLL_BOXES}", SCROLL_BOXES)
+# Resolves once the page's IntersectionObservers have reported on the current scroll
+# position: an observer made now reports in the same rendering step as the page's own
+# (all of a step's reports are delivered in one task), and a frame later they have all
+# run. With first=True, also after the page's load-time work: fonts loaded, main thread
+# idle.
+OBSERVERS_REPORTED_JS = """
+async (first) => {
+  if (first) await document.fonts.ready;
+  await new Promise(resolve => {
+    const probe = new IntersectionObserver(() => {
+      probe.disconnect();
+      requestAnimationFrame(() => resolve());
+    });
+    probe.observe(document.body);
+  });
+  if (first) await new Promise(resolve => requestIdleCallback(resolve, {timeout: 2000}));
+}
+"""
 
 
 @pytest.mark.slow  # scrolls a long chapter screen by screen at 390 px
@@ -208,7 +241,7 @@ def test_scroll_hints_follow_the_reader(browser: object, site: str) -> None:
     page = context.new_page()
     try:
         page.goto(f"{site}/{rel}", wait_until="load")
-        page.wait_for_timeout(500)
+        page.evaluate(OBSERVERS_REPORTED_JS, True)  # the page's work at load is done
         marked_far = page.evaluate(
             "() => Array.from(document.querySelectorAll('.sa-scrollable'))"
             ".filter(b => b.getBoundingClientRect().top > 3 * window.innerHeight).length")
@@ -217,7 +250,7 @@ def test_scroll_hints_follow_the_reader(browser: object, site: str) -> None:
         height = page.evaluate("document.documentElement.scrollHeight")
         for y in range(0, height, PHONE_VIEW["height"]):  # a reader scrolling down
             page.evaluate("y => window.scrollTo(0, y)", y)
-            page.wait_for_timeout(150)  # a few frames: the observer reports after a frame
+            page.evaluate(OBSERVERS_REPORTED_JS, False)  # scroll-hints.js has seen it
             on_screen = [b for b in page.evaluate(HINT_STATE_JS)
                          if 0 <= b["top"] < PHONE_VIEW["height"]]
             unmarked += [y for b in on_screen if b["scrolls"] and not b["marked"]]
