@@ -1,4 +1,4 @@
-"""Fixtures shared by the browser tests (test_browser, test_reader, test_interactive, test_pdf).
+"""Fixtures shared by the browser tests (test_browser, test_reader_*, test_interactive, test_pdf).
 
 One static server over the built site and one headless Chromium per test session
 (per pytest-xdist worker): each test opens its own browser context, so tests do not
@@ -47,8 +47,12 @@ def browser() -> Iterator[object]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Browser tests of one page go to one xdist worker (`--dist loadgroup`), so the
-    read-only tests can share that worker's open copy of the page (test_reader's pool)."""
+    read-only tests can share that worker's open copy of the page (open_page's pool).
+    A test served the built site (the ``site`` fixture) reads it: it is marked ``html``,
+    which `make test-fast` leaves out."""
     for item in items:
+        if "site" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.html)
         rel = getattr(item, "callspec", None) and item.callspec.params.get("rel")
         if rel and item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.xdist_group(name=str(rel)))

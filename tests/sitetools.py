@@ -6,19 +6,23 @@ import functools
 import gzip
 import http.server
 import io
+import json
 import os
 import re
 import shutil
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+CHAPTER_PAGES = [f"chapters/{c.stem}.html" for c in CHAPTERS]
 
 
 def conf_hosting() -> object:
@@ -57,6 +61,33 @@ def built_pages() -> list[Path]:
         p for p in HTML.rglob("*.html")
         if p.name not in skip and "_static" not in p.parts and "_sources" not in p.parts
     )
+
+
+def _all_pages() -> list[str]:
+    """Every page of the built site, the search page and the general index included
+    (``["index.html"]`` before the site is built, so that collection still works)."""
+    if not (HTML / "index.html").is_file():
+        return ["index.html"]
+    return sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+                  if "_static" not in p.parts and "_sources" not in p.parts)
+
+
+ALL_PAGES = _all_pages()
+# Screenshots the browser tests leave for a human to look at.
+SHOTS = ROOT / "_build" / "screenshots"
+PHONE_VIEW = {"width": 390, "height": 844}
+DESKTOP_VIEW = {"width": 1280, "height": 1600}
+
+
+def luminance(css_color: str) -> float:
+    """Relative luminance (0 black, 1 white) of a CSS ``rgb()``/``rgba()`` or hex colour."""
+    if css_color.startswith("#"):
+        h = css_color.lstrip("#")
+        h = "".join(c * 2 for c in h) if len(h) == 3 else h
+        r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    else:
+        r, g, b = (int(v) for v in re.findall(r"\d+", css_color)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
 
 
 def chromium_path() -> str | None:
@@ -170,16 +201,153 @@ class RequestWatch:
         page.on("requestfailed", lambda r: self.pending.pop(id(r), None))
 
     def settle(self, quiet: float = 0.5, timeout: float = 30.0) -> None:
+        """Return once no request has been in flight for ``quiet`` seconds.
+
+        Woken by the page's own request events, not by polling: while requests are in
+        flight it waits for the next to finish (a failed one ends the wait by its own
+        event too, at the latest after ``quiet``); once none is, it waits ``quiet``
+        seconds for a new one to start, and returns if none did."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
         deadline = time.monotonic() + timeout
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
+            wait_ms = 1000 * min(quiet, left)
             if self.pending:
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= quiet:
-                return
-            self.page.wait_for_timeout(50)  # lets Playwright deliver the request events
+                event = "requestfinished"  # the handlers above also see requestfailed meanwhile
+            else:
+                event = "request"
+            try:
+                self.page.wait_for_event(event, timeout=wait_ms)
+            except PlaywrightTimeout:
+                if event == "request" and not self.pending and wait_ms >= 1000 * quiet:
+                    return  # quiet for `quiet` seconds: nothing started, nothing in flight
         urls = [r.url for r in self.pending.values()]
         raise AssertionError(f"requests still in flight after {timeout} s: {urls}")
+
+
+class OfflinePage:
+    """One page of the site in a browser context of its own, as a reader without a
+    network sees it: every request to another host is aborted and recorded.
+
+    Also collected from before the first request: uncaught page errors, console
+    errors, failed requests, and the requests in flight (``requests.settle()``).
+    ``close()`` (or leaving a ``with`` block) closes the context."""
+
+    def __init__(self, browser: object, base: str, rel: str, **context_args: object) -> None:
+        self.context = browser.new_context(**context_args)
+        self.page = self.context.new_page()
+        self.external: list[str] = []
+        self.page_errors: list[str] = []
+        self.console_errors: list[str] = []
+        self.failed: list[str] = []
+        host = urlparse(base).netloc
+
+        def route(route, request) -> None:  # noqa: ANN001
+            url = urlparse(request.url)
+            if url.scheme in ("data", "blob", "about") or url.netloc == host:
+                route.continue_()
+            else:
+                self.external.append(request.url)
+                route.abort()
+
+        self.context.route("**/*", route)
+        self.page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
+        self.page.on("console", lambda m: self.console_errors.append(m.text)
+                     if m.type == "error" else None)
+        self.page.on("requestfailed", lambda req: self.failed.append(req.url))
+        self.requests = RequestWatch(self.page)
+        self.response = self.page.goto(f"{base}/{rel}", wait_until="load")
+
+    @property
+    def errors(self) -> list[str]:
+        """Page errors and console errors."""
+        return self.page_errors + self.console_errors
+
+    def close(self) -> None:
+        self.context.close()
+
+    def __enter__(self) -> OfflinePage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# Math arrives typeset in the HTML (KaTeX at build time). A formula is drawn in its
+# final form once the document is parsed (domInteractive) and the KaTeX fonts it uses
+# have arrived. Sections below the first screen are laid out only when they near it
+# (content-visibility in custom.css), and so are the fonts only they use (AMS, Size1-4,
+# bold: they arrive when the reader scrolls or a script measures the section). So the
+# fonts that count are those asked for while the page was being parsed: the preloaded
+# KaTeX_Main and KaTeX_Math plus any the first screen needs. The later of parsing and
+# those fonts, in ms from navigation start, is the page's "math typeset" time.
+WAIT_MATH_JS = """
+async () => {
+  await document.fonts.ready;
+  const nav = performance.getEntriesByType('navigation')[0];
+  const fonts = performance.getEntriesByType('resource')
+    .filter(r => r.name.includes('/_static/katex/fonts/') && r.startTime < nav.domInteractive);
+  const fontsEnd = Math.max(0, ...fonts.map(f => f.responseEnd));
+  return {typeset: Math.max(nav.domInteractive, fontsEnd),
+          parsed: nav.domInteractive, fonts: fontsEnd, load: nav.loadEventEnd};
+}
+"""
+# Lay out every section of a chapter, as the jump script of _ext/offscreen_sections.py does.
+DRAW_EVERY_SECTION_JS = "document.documentElement.classList.remove('selfattn-skip-offscreen')"
+
+# Pages that read-only tests share: opening a chapter costs more than most checks on it,
+# so the tests that only measure (phone width, figures, math boxes, dark-mode colours,
+# axe) reuse one page per (page, viewport, colour scheme), across the test_reader_*
+# files. conftest.py sends all browser tests of a page to one xdist worker, so the pool
+# stays small.
+_POOL: OrderedDict[tuple, OfflinePage] = OrderedDict()
+POOL_SIZE = 6
+
+
+class _Kept:
+    """The context handed out with a pooled page: close() leaves it open for the next test."""
+
+    def close(self) -> None:
+        pass
+
+
+def open_page(browser: object, site: str, rel: str, *, shared: bool = False,
+              whole: bool = True, **ctx: object) -> tuple[object, object]:
+    """A loaded page with other hosts blocked (an ``OfflinePage``): (context, page).
+
+    whole=True (the sweeps): every section is laid out, its math fonts loaded and
+    every box that scrolls sideways measured, as for a reader who has scrolled
+    through it. whole=False (a test of the header, a menu or one cell): the page as
+    a reader first sees it, which is cheaper to open.
+    shared=True: the page may have been opened by an earlier test with the same
+    arguments, and stays open afterwards; only for tests that do not change it.
+    Call ``close()`` on the context when done (a no-op for a shared page).
+    """
+    if shared:
+        key = (id(browser), site, rel, whole, json.dumps(ctx, sort_keys=True))
+        if key in _POOL:
+            _POOL.move_to_end(key)
+            return _Kept(), _POOL[key].page
+        _POOL[key] = _open(browser, site, rel, whole, ctx)
+        while len(_POOL) > POOL_SIZE:
+            _POOL.popitem(last=False)[1].close()
+        return _Kept(), _POOL[key].page
+    visit = _open(browser, site, rel, whole, ctx)
+    return visit, visit.page
+
+
+def _open(browser: object, site: str, rel: str, whole: bool, ctx: dict) -> OfflinePage:
+    visit = OfflinePage(browser, site, rel, **ctx)
+    if whole:
+        # The checks look at the whole page, as a reader who scrolls through it sees it:
+        # sections off screen are drawn too (a skipped section has no colours or boxes
+        # to check; _ext/offscreen_sections.py), then its fonts are awaited, then every
+        # box that scrolls sideways is measured (scroll-hints.js measures a box when the
+        # reader nears it; test_scroll_hints_follow_the_reader checks that it does).
+        visit.page.evaluate(DRAW_EVERY_SECTION_JS)
+        visit.page.evaluate(WAIT_MATH_JS)
+        visit.page.evaluate("window.selfattnScrollHints && window.selfattnScrollHints()")
+    return visit
 
 
 def under_ci() -> bool:

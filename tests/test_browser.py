@@ -19,13 +19,11 @@ from sitetools import (
     HTML,
     LOAD_ALL_IMAGES_JS,
     PREFIX,
-    RequestWatch,
+    OfflinePage,
     built_pages,
     require_built_site,
     serve,
 )
-
-pytestmark = pytest.mark.browser
 
 pytest.importorskip("playwright.sync_api")  # the fixtures (conftest.py) drive Chromium with it
 
@@ -66,45 +64,6 @@ IMAGES_JS = """
 """
 
 
-
-
-class PageVisit:
-    """Open one page with every non-local request blocked and recorded."""
-
-    def __init__(self, browser: object, base: str, rel: str, **context_args: object) -> None:
-        self.base = base
-        self.context = browser.new_context(**context_args)
-        self.page = self.context.new_page()
-        self.external: list[str] = []
-        self.page_errors: list[str] = []
-        self.console_errors: list[str] = []
-        self.failed: list[str] = []
-        host = urlparse(base).netloc
-        self.context.route("**/*", self._route(host))
-        self.page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
-        self.page.on("console", self._console)
-        self.page.on("requestfailed", lambda req: self.failed.append(req.url))
-        self.requests = RequestWatch(self.page)
-        self.response = self.page.goto(f"{base}/{rel}", wait_until="load")
-
-    def _route(self, host: str):  # noqa: ANN202
-        def handle(route, request) -> None:  # noqa: ANN001
-            url = urlparse(request.url)
-            if url.scheme in ("data", "blob", "about") or url.netloc == host:
-                route.continue_()
-            else:
-                self.external.append(request.url)
-                route.abort()
-        return handle
-
-    def _console(self, msg) -> None:  # noqa: ANN001
-        if msg.type == "error":
-            self.console_errors.append(msg.text)
-
-    def close(self) -> None:
-        self.context.close()
-
-
 PAGES = (
     [p.relative_to(HTML).as_posix() for p in built_pages()]
     if (HTML / "index.html").is_file() else []
@@ -118,12 +77,13 @@ PAGES = (
 EVERYDAY_PAGES = {"index.html", "api.html", "chapters/04-whys.html"}
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("rel", [
     pytest.param(rel, marks=() if rel in EVERYDAY_PAGES else pytest.mark.slow)
     for rel in PAGES or ["index.html"]
 ])
 def test_page_offline_clean_typeset(browser: object, site: str, rel: str) -> None:
-    visit = PageVisit(browser, site, rel)
+    visit = OfflinePage(browser, site, rel)
     try:
         assert visit.response is not None and visit.response.ok, f"{rel}: HTTP error"
         math = visit.page.evaluate(MATH_READY_JS)
@@ -172,6 +132,7 @@ def _other_host(url: str) -> bool:
     return url.startswith("//") or bool(re.match(r"(?:https?|wss?):", url, re.I))
 
 
+@pytest.mark.html
 def test_no_page_or_stylesheet_loads_from_another_host() -> None:
     """Every page of the site and every stylesheet it ships name only local resources
     (the browser test above proves it for three pages in `make test`, every page in
@@ -217,6 +178,7 @@ class _Hrefs(HTMLParser):
 PDF_FROM_MAKE_PDF = "self-attention-verified.pdf"
 
 
+@pytest.mark.html
 def test_internal_links_and_anchors_resolve() -> None:
     """Every link to a page of the site names a file that exists and an anchor on it."""
     require_built_site()
@@ -252,6 +214,7 @@ def test_internal_links_and_anchors_resolve() -> None:
     assert broken == [], "broken internal links:\n" + "\n".join(broken[:40])
 
 
+@pytest.mark.browser
 def test_blocker_catches_requests_to_other_hosts(browser: object, tmp_path: Path) -> None:
     """The offline check itself can fail: a page that loads a script from another host
     is recorded as external and the request is aborted."""
@@ -260,7 +223,7 @@ def test_blocker_catches_requests_to_other_hosts(browser: object, tmp_path: Path
         "<img src='http://img.example.invalid/y.png' alt='remote'></body></html>"
     )
     with serve(tmp_path) as base:
-        visit = PageVisit(browser, base, "index.html")
+        visit = OfflinePage(browser, base, "index.html")
         try:
             visit.page.wait_for_load_state("load")
             assert sorted(urlparse(u).netloc for u in visit.external) == [

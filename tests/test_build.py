@@ -24,6 +24,7 @@ pytestmark = pytest.mark.build
 VENV_BIN = Path(sys.executable).parent
 
 
+@pytest.mark.html
 def test_every_chapter_is_built_with_outputs() -> None:
     require_built_site()
     assert CHAPTERS, "no chapters found"
@@ -38,6 +39,7 @@ def test_every_chapter_is_built_with_outputs() -> None:
         )
 
 
+@pytest.mark.html
 def test_glued_numbers_render() -> None:
     """Glue placeholders that failed to resolve leave their key or an error in the page."""
     require_built_site()
@@ -49,7 +51,7 @@ def test_glued_numbers_render() -> None:
 
 # The book's rule for figures: at most 5.5 in wide, no text below 10.5 pt. Then a 390 px
 # phone shows a whole figure in its 342 px figure box (a 5.5 in figure, 528 CSS px, shrinks
-# to 0.65) with its smallest text at >= 9 CSS px (tests/test_reader.py measures that).
+# to 0.65) with its smallest text at >= 9 CSS px (tests/test_reader_phone.py measures that).
 MAX_FIGURE_INCHES = 5.5
 MIN_FIGURE_FONT_PT = 10.5
 
@@ -67,6 +69,7 @@ def chapter_figures() -> list[tuple[str, Path]]:
     return figures
 
 
+@pytest.mark.html
 def test_chapter_figures_are_narrow_with_large_enough_text() -> None:
     """matplotlib writes an SVG's size in points (72 per inch) and its text sizes in
     points too (the `px` of the SVG's user units): read both from every figure file. Math
@@ -224,6 +227,7 @@ def test_package_edit_re_executes_chapters(tmp_path: Path) -> None:
     assert _answer(_build_mini(tmp_path)) == "41"
 
 
+@pytest.mark.html
 def test_real_book_cache_is_keyed_on_the_package() -> None:
     """The real conf.py watches code/selfattn: its hash names the cache folder in use."""
     sys.path.insert(0, str(ROOT / "_ext"))

@@ -32,18 +32,18 @@ PROBE = textwrap.dedent('''
     from pathlib import Path
 
     from conftest import browser, site  # noqa: F401  (the real fixtures)
-    from test_browser import PageVisit
+    from sitetools import OfflinePage
 
 
     def test_fails_with_server_and_browser_running(browser, site):
         Path(os.environ["PROBE_OUT"]).write_text(site)
-        visit = PageVisit(browser, site, "index.html")
+        visit = OfflinePage(browser, site, "index.html")
         assert visit.response.ok
         assert False, "deliberate failure"
 
 
     def test_raises_in_the_middle_of_a_visit(browser, site):
-        PageVisit(browser, site, "chapters/01-concept.html")
+        OfflinePage(browser, site, "chapters/01-concept.html")
         raise RuntimeError("deliberate error")
 ''')
 
@@ -64,6 +64,7 @@ def _port_is_closed(url: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.browser
+@pytest.mark.html
 def test_failing_browser_tests_leave_no_process_port_or_temp_dir(tmp_path: Path) -> None:
     require_built_site()
     if chromium_path() is None:

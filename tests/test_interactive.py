@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import urlparse
 
 import numpy as np
 import pytest
 
 import selfattn
+from sitetools import OfflinePage, luminance
 
 pytestmark = pytest.mark.browser
 pytest.importorskip("playwright.sync_api")  # the fixtures (conftest.py) drive Chromium with it
@@ -45,29 +45,9 @@ async (el) => {
 TEXTS_JS = "el => Array.from(el.querySelectorAll('svg text')).map(t => t.textContent)"
 
 
-
-
-class Visit:
-    """One page, every request to another host blocked and recorded, errors collected."""
-
-    def __init__(self, browser: object, site: str, rel: str, **ctx: object) -> None:
-        self.context = browser.new_context(**ctx)
-        self.external: list[str] = []
-        self.errors: list[str] = []
-        host = urlparse(site).netloc
-
-        def route(route, request) -> None:  # noqa: ANN001
-            if urlparse(request.url).netloc in (host, "") or request.url.startswith("data:"):
-                route.continue_()
-            else:
-                self.external.append(request.url)
-                route.abort()
-
-        self.context.route("**/*", route)
-        self.page = self.context.new_page()
-        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.goto(f"{site}/{rel}", wait_until="load")
+class Visit(OfflinePage):
+    """One page, every request to another host blocked and recorded, errors collected
+    (sitetools.OfflinePage), and its interactive figures."""
 
     def figures(self) -> list[object]:
         """The page's interactive figures, once all are drawn."""
@@ -83,12 +63,6 @@ class Visit:
                  if exported(el).get("description", "").startswith(description)]
         assert len(found) == 1, f"{len(found)} figures described {description!r}"
         return found[0]
-
-    def __enter__(self) -> Visit:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.context.close()
 
 
 def exported(el: object) -> dict:
@@ -319,16 +293,6 @@ def test_phone_width_no_sideways_scroll(browser: object, site: str, rel: str) ->
             assert chart["x"] >= box["x"] - 0.5 and chart["x"] + chart["width"] <= box[
                 "x"] + box["width"] + 0.5, (chart, box)
             assert not el.query_selector(".selfattn-vega-fallback").is_visible()
-
-
-def luminance(css_color: str) -> float:
-    if css_color.startswith("#"):
-        h = css_color.lstrip("#")
-        h = "".join(c * 2 for c in h) if len(h) == 3 else h
-        r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
-    else:
-        r, g, b = (int(v) for v in re.findall(r"\d+", css_color)[:3])
-    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
 
 
 # texts drawn on the page background (axis labels, titles, the summary line), not in cells

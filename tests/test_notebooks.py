@@ -220,6 +220,7 @@ def test_launch_urls() -> None:
 
 # --- the notebooks of the built site ---------------------------------------------
 
+@pytest.mark.html
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_published_notebook_is_plain_markdown_with_numbers(chapter: Path) -> None:
     nb = published(chapter)
@@ -241,6 +242,7 @@ def test_published_notebook_is_plain_markdown_with_numbers(chapter: Path) -> Non
     assert not any("scrapbook" in o.get("metadata", {}) for c in code for o in c["outputs"])
 
 
+@pytest.mark.html
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_published_numbers_are_the_ones_the_page_shows(chapter: Path) -> None:
     """Each glued number of the page appears in the notebook's markdown, in order."""
@@ -313,6 +315,7 @@ def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.build
+@pytest.mark.html
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_published_notebook_runs_top_to_bottom_in_a_fresh_venv(
@@ -385,6 +388,7 @@ def test_workflow_pushes_the_binder_env_branch() -> None:
     assert re.search(r"git push .*binder-env", workflow), "the workflow never pushes binder-env"
 
 
+@pytest.mark.html
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_built_launch_links(chapter: Path) -> None:
     require_built_site()

@@ -45,6 +45,8 @@ def pdf_text() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
+@pytest.mark.html
 def test_pdf_is_in_the_site_and_linked_from_the_front_page() -> None:
     require_pdf()
     copy = HTML / PDF_NAME
@@ -58,6 +60,8 @@ def test_pdf_is_in_the_site_and_linked_from_the_front_page() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
+@pytest.mark.html
 def test_pdf_has_pages_and_figures() -> None:
     info = subprocess.run(["pdfinfo", str(require_pdf())], check=True, capture_output=True,
                           text=True).stdout
@@ -75,6 +79,7 @@ def test_pdf_has_pages_and_figures() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
 def test_pdf_has_every_chapter_title_in_the_sites_order(pdf_text: str) -> None:
     """The PDF globs chapters/*; the site lists them in index.md: same set, same order."""
     index = (ROOT / "index.md").read_text(encoding="utf-8")
@@ -95,6 +100,8 @@ def test_pdf_has_every_chapter_title_in_the_sites_order(pdf_text: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
+@pytest.mark.html
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_pdf_shows_the_glued_numbers_the_html_shows(chapter: Path, pdf_text: str) -> None:
     page = (HTML / "chapters" / f"{chapter.stem}.html").read_text(encoding="utf-8")
@@ -146,6 +153,7 @@ CONTRAST_JS = """
 
 @pytest.mark.slow
 @pytest.mark.browser
+@pytest.mark.html
 @pytest.mark.parametrize("rel", ["chapters/02-qkv.html", "chapters/04-whys.html", "index.html"])
 def test_printing_in_dark_mode_gives_dark_text_on_white(browser: object, rel: str) -> None:
     with serve(HTML) as site:

@@ -21,6 +21,8 @@ import pytest
 
 from sitetools import HTML, require_built_site
 
+pytestmark = pytest.mark.html  # each test reads the built pages
+
 OLD_ANCHORS: dict[str, list[str]] = {
     "04-whys": [
         "ch4-whys", "the-whys-scaling-softmax-subspaces-and-positions", "ch4-why-scale",
