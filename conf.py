@@ -56,7 +56,13 @@ html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark
 html_js_files = [("sidebar-toggles.js", {"defer": "defer"}),
                  ("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off edge of wide boxes
                  ("figures.js", {"defer": "defer"}),  # figure text >= 9.5 px on phones
-                 ("a11y.js", {"defer": "defer"})]  # accessible names match visible text
+                 ("a11y.js", {"defer": "defer"}),  # accessible names match visible text
+                 # "On this page" follows the reader; a tapped entry closes the phone drawer
+                 ("page-contents.js", {"defer": "defer"})]
+
+# --- search ---------------------------------------------------------------
+# A section titled with the query ranks above the glossary and API entries that name it.
+html_search_scorer = "_ext/search_scorer.js"
 
 # --- strictness -----------------------------------------------------------
 nitpicky = True
@@ -128,6 +134,8 @@ html_theme_options = {
     "use_edit_page_button": True,
     "use_download_button": True,
     "show_toc_level": 2,
+    # no search button in the top bar: the sidebar's search field is the one (and Ctrl+K)
+    "navbar_persistent": [],
     "launch_buttons": {
         "colab_url": "https://colab.research.google.com",
         "binderhub_url": "https://mybinder.org",
@@ -164,6 +172,10 @@ if tags.has("pdf"):  # noqa: F821  (Sphinx injects `tags` into conf.py)
     exclude_patterns += ["index.md", "404.md"]
 else:
     exclude_patterns.append("_pdf")
+# Figures are numbered by chapter (Fig. 4.2) on the pages and in the PDF, where LaTeX
+# otherwise restarts the count in each chapter with no chapter in the number.
+numfig = True
+numfig_secnum_depth = 1
 latex_show_urls = "no"
 latex_show_pagerefs = False
 latex_elements = {

@@ -202,6 +202,10 @@ def convert_directive(
         title = argument or TITLES.get(name, "") or name.title()
         title = convert_roles(title, values, resolver)
         return _quote([f"**{title}**", "", *content] if title else content)
+    if name == "container" and "screen-only" in argument.split():
+        # prose that asks for a slider or a click: a notebook shows the static figure,
+        # so it keeps the ``print-only`` twin instead
+        return []
     if name in ("epigraph", "pull-quote", "highlights", "topic", "sidebar", "margin",
                 "card", "container", "div", "rubric"):
         head = [f"**{convert_roles(argument, values, resolver)}**", ""] if argument else []
