@@ -47,6 +47,18 @@ class PublishError(ValueError):
 
 # --- glue -----------------------------------------------------------------------
 
+def coalesce_streams(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A cell's outputs with each stream merged into one, as myst-nb renders them."""
+    from myst_nb.core.utils import coalesce_streams as merge
+    from nbformat import from_dict
+
+    copies = [from_dict(copy.deepcopy(o)) for o in outputs]
+    for out in copies:  # nbformat's JSON may split a text into a list of lines
+        if isinstance(out.get("text"), list):
+            out["text"] = "".join(out["text"])
+    return merge(copies)
+
+
 def format_glue(data: dict[str, Any], fmt: str) -> str:
     """The text myst-nb's ``{glue:text}`key:fmt``` role shows for ``data``."""
     from myst_nb.core.variables import format_plain_text
@@ -432,8 +444,13 @@ def publish(
     bibliography: Callable[[str], str] | None = None,
     title: str | None = None,
     page_url: str | None = None,
+    merge_streams: bool = False,
 ) -> dict[str, Any]:
-    """The published copy of an executed chapter notebook (the input is not changed)."""
+    """The published copy of an executed chapter notebook (the input is not changed).
+
+    ``merge_streams``: merge each cell's stdout (and stderr) outputs into one, as the
+    page shows them (conf.py's ``nb_merge_streams``), with myst-nb's own function.
+    """
     resolver = resolver or Resolver()
     resolver.cited = []
     nb = copy.deepcopy(notebook)
@@ -452,6 +469,8 @@ def publish(
                 continue
             cell["outputs"] = [o for o in cell.get("outputs", [])
                                if "scrapbook" not in o.get("metadata", {})]
+            if merge_streams:
+                cell["outputs"] = [dict(o) for o in coalesce_streams(cell["outputs"])]
             tags = cell.get("metadata", {}).get("tags", [])
             if "hide-cell" in tags or "hide-input" in tags:
                 cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
