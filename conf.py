@@ -25,6 +25,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx_copybutton",
     "sphinx_togglebutton",
+    "author_year",  # the reference list labelled and sorted as cited: [Vaswani et al., 2017]
     "sphinxcontrib.bibtex",
     "sphinxcontrib.katex",  # math rendered to HTML at build time (Node + KaTeX)
     "katex_local",  # KaTeX CSS + fonts from node_modules into _static; parse errors fail
@@ -98,7 +99,7 @@ katex_prerender = True  # no math JavaScript in the page; CSS + fonts: _ext/kate
 
 # --- bibliography ---------------------------------------------------------
 bibtex_bibfiles = ["references.bib"]
-bibtex_default_style = "unsrt"
+bibtex_default_style = "author_year"  # _ext/author_year.py
 bibtex_reference_style = "author_year"
 
 # --- autodoc --------------------------------------------------------------
@@ -192,8 +193,45 @@ latex_elements = {
 """,
     # long output lines wrap instead of running off the page
     "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxoverfull=1",
-    "figure_align": "H",
+    # a captioned figure goes here if it fits, else to the top of the next page while
+    # the text fills this one ("H" left pages nearly empty before tall figures)
+    "figure_align": "!htbp",
     "printindex": r"\footnotesize\raggedright\printindex",
+    # a chapter starts on the next page, not the next right-hand one: no blank pages
+    # before chapters and appendices (there were 10)
+    "extraclassoptions": "openany",
+    "preamble": r"""
+% DejaVu Sans Mono has no script l (U+2113, the online softmax's running sum): in code
+% and outputs it comes from FreeMono; the text fonts have their own.
+\usepackage{newunicodechar}
+\newfontfamily\selfattnmonofallback{FreeMono}[Scale=MatchLowercase]
+\makeatletter
+\AtBeginDocument{\edef\selfattn@tt{\ttdefault}}
+\newunicodechar{ℓ}{\ifx\f@family\selfattn@tt{\selfattnmonofallback\symbol{"2113}}%
+  \else\symbol{"2113}\fi}
+% The references are one list, titled as the site titles it (the page "References" is
+% left out of the PDF: _ext/pdf_book.py), labelled as cited, [Vaswani et al., 2017],
+% with a hanging indent instead of a column as wide as the longest label.
+\renewcommand{\@biblabel}[1]{[#1]}
+\renewenvironment{sphinxthebibliography}[1]{%
+  \renewcommand{\bibname}{References}\clearpage\phantomsection
+  \chapter*{\bibname}\addcontentsline{toc}{chapter}{\bibname}%
+  \list{\@biblabel{\@arabic\c@enumiv}}{%
+    \setlength{\leftmargin}{1.5em}\setlength{\itemindent}{-1.5em}%
+    \setlength{\labelwidth}{0pt}\setlength{\labelsep}{0.5em}%
+    \setlength{\itemsep}{0.3\baselineskip}%
+    \def\makelabel##1{##1}\usecounter{enumiv}}%
+  \sloppy\clubpenalty4000\widowpenalty4000\sfcode`\.\@m}
+  {\def\@noitemerr{\@latex@warning{Empty `thebibliography' environment}}\endlist}
+% Figure and table numbers carry their chapter: 2.3, and D.1 in appendix D (Sphinx's
+% numbering, set at \begin{document}, writes \arabic{chapter}: appendix D's figure was 4.1).
+\AtBeginDocument{%
+  \renewcommand{\thefigure}{\ifnum\c@chapter>\z@\thechapter.\fi\arabic{figure}}%
+  \renewcommand{\thetable}{\ifnum\c@chapter>\z@\thechapter.\fi\arabic{table}}%
+  % a figure and its caption fit a page: Sphinx lets an image alone be \textheight tall
+  \spx@image@maxheight=0.8\textheight}
+\makeatother
+""",
 }
 
 # --- copy buttons ---------------------------------------------------------

@@ -364,3 +364,36 @@ def test_printed_page_describes_the_static_figure(browser: object, site: str,
         assert visible == [[True, False]] * INTERACTIVE_PAGES[rel], visible
     finally:
         context.close()
+
+
+# --- references: the list reads as the text cites --------------------------------------
+
+def test_reference_list_is_labelled_and_sorted_as_the_text_cites() -> None:
+    """A citation "Vaswani et al., 2017" leads to the entry labelled [Vaswani et al., 2017]
+    (not [2]); the list runs in the order of its labels."""
+    from bs4 import BeautifulSoup
+
+    from sitetools import CHAPTERS, HTML, require_built_site
+
+    require_built_site()
+    refs = BeautifulSoup((HTML / "references.html").read_text(encoding="utf-8"),
+                         "html.parser")
+    labels = {c["id"]: c.select_one(".label").get_text().strip("[]")
+              for c in refs.select("div.citation")}
+    assert labels and not any(v.isdigit() for v in labels.values()), labels
+    order = list(labels.values())
+    assert order == sorted(order, key=str.lower), order
+    checked = 0
+    for chapter in CHAPTERS:
+        page = BeautifulSoup((HTML / "chapters" / f"{chapter.stem}.html")
+                             .read_text(encoding="utf-8"), "html.parser")
+        for a in page.select("a[href^='../references.html#']"):
+            text = a.get_text(" ", strip=True).replace("et al. ,", "et al.,")
+            if not re.fullmatch(r".+, \d{4}[a-z]?", text):
+                continue  # a textual citation, Xu et al. [2015]: its year links alone
+            target = a["href"].split("#", 1)[1]
+            assert labels[target] == text, f"{chapter.stem}: cites {text!r}, list says "\
+                f"{labels[target]!r}"
+            checked += 1
+    assert checked >= 20, checked
+
