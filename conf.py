@@ -56,7 +56,6 @@ html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark
 # (pydata-sphinx-theme#2451, sphinx-book-theme#988); see _static/sidebar-toggles.js.
 html_js_files = [("sidebar-toggles.js", {"defer": "defer"}),
                  ("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off edge of wide boxes
-                 ("figures.js", {"defer": "defer"}),  # figure text >= 9.5 px on phones
                  ("a11y.js", {"defer": "defer"}),  # accessible names match visible text
                  # "On this page" follows the reader; a tapped entry closes the phone drawer
                  ("page-contents.js", {"defer": "defer"})]

@@ -1,6 +1,6 @@
 /* Boxes that scroll sideways say so.
  *
- * Wide matrices, code, display equations and figures scroll inside their own box on a
+ * Wide matrices, code and display equations scroll inside their own box on a
  * phone. Without a hint a reader cannot tell that a table goes on to the right. This
  * script marks every such box that has hidden content on a side (class sa-more-right /
  * sa-more-left, updated as it scrolls); custom.css fades that edge out, so the cut-off
@@ -21,7 +21,6 @@
     "div.cell_output pre",
     ".selfattn-matrix",
     "div.math",
-    ".selfattn-figure-scroll",
     ".pst-scrollable-table-container",
     ".table-wrapper",
   ].join(",");
@@ -70,7 +69,7 @@
   }
 
   // selfattnScrollHints(): measure every box now (keyboard, tests);
-  // selfattnScrollHints([box, ...]): those boxes (figures.js, after fitting a figure).
+  // selfattnScrollHints([box, ...]): those boxes.
   window.selfattnScrollHints = (boxes) => {
     if (!boxes) return measure(watch());
     boxes.forEach(watchBox);

@@ -397,3 +397,18 @@ def test_reference_list_is_labelled_and_sorted_as_the_text_cites() -> None:
             checked += 1
     assert checked >= 20, checked
 
+
+def test_benchmarks_figure_follows_the_figure_rule() -> None:
+    """The chapters' rule (tests/test_build.py): at most 5.5 in wide, no text below
+    10.5 pt, so a 390 px phone draws its text at >= 9 px with no script resizing it
+    (figures.js did that and is gone). The benchmarks figure had legends at 7 pt: 5.9 px."""
+    from sitetools import HTML, require_built_site
+
+    require_built_site()
+    page = (HTML / "benchmarks.html").read_text(encoding="utf-8")
+    (src,) = re.findall(r'<img[^>]+src="(_images/[^"]+\.svg)"', page)
+    svg = (HTML / src).read_text(encoding="utf-8")
+    inches = float(re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', svg).group(1)) / 72
+    sizes = [float(s) for s in
+             re.findall(r"<(?:text|tspan)[^>]*font(?:-size)?:[^;\"]*?([\d.]+)px", svg)]
+    assert inches <= 5.5 + 1e-6 and min(sizes) >= 10.5 - 1e-6, (inches, min(sizes))
