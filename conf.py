@@ -33,7 +33,7 @@ extensions = [
     "lazy_images",  # figures load as the reader nears them (loading="lazy")
     "vega_local",  # Vega-Lite from node_modules into _static; loaded only where a figure needs it
     "exec_cache",  # re-executes chapters whenever code/selfattn changes; heals a broken cache
-    "exec_report",  # failing cell in one screen; balanced parallel execution; times
+    "chapter_execution",  # runs the chapters over both cores; failing cell in one screen; times
     "launch_notebooks",  # Colab/Binder/download point at executed .ipynb files
     "sphinx_last_updated_by_git",  # "last updated" from each page's git history
     "notfound.extension",  # a 404 page with absolute links
