@@ -43,7 +43,7 @@ extensions = [
 exclude_patterns = [
     "_build", ".venv", "**/.ipynb_checkpoints", "README.md", "code", "tests",
     "node_modules", ".ci", "benchmarks", ".pytest_cache", "images/README.md", "_extra",
-    ".github", ".hypothesis",
+    ".github", ".hypothesis", "_ext",
 ]
 html_extra_path = ["_extra"]  # binder/requirements.txt for launching the published notebooks
 # A shallow clone, or a download without .git, has no dates: not an error.
@@ -51,14 +51,13 @@ suppress_warnings = ["git.too_shallow", "git.subprocess_error"]
 git_untracked_show_sourcelink = True
 templates_path = ["_templates"]
 html_static_path = ["_static"]
-html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark on white
-# The visible sidebar toggles forward their clicks to the ones the themes bind
-# (pydata-sphinx-theme#2451, sphinx-book-theme#988); see _static/sidebar-toggles.js.
-html_js_files = [("sidebar-toggles.js", {"defer": "defer"}),
-                 ("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off edge of wide boxes
+html_css_files = ["custom.css", "print.css"]  # print.css: what paper shows
+# Patches of other libraries' behaviour, and why each is there: _ext/README.md.
+html_js_files = [("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off edge of wide boxes
                  ("a11y.js", {"defer": "defer"}),  # accessible names match visible text
                  # "On this page" follows the reader; a tapped entry closes the phone drawer
-                 ("page-contents.js", {"defer": "defer"})]
+                 ("page-contents.js", {"defer": "defer"}),
+                 ("print-light.js", {"defer": "defer"})]  # dark mode prints dark on white
 
 # --- search ---------------------------------------------------------------
 # A section titled with the query ranks above the glossary and API entries that name it.
@@ -134,7 +133,10 @@ html_theme_options = {
     "use_edit_page_button": True,
     "use_download_button": True,
     "show_toc_level": 2,
-    # no search button in the top bar: the sidebar's search field is the one (and Ctrl+K)
+    # No search button in the top bar: the sidebar's search field is the one (and Ctrl+K).
+    # With every navbar_* empty the theme renders no top bar content, so the article
+    # header's sidebar buttons are the page's only ones and the themes bind them
+    # (pydata-sphinx-theme#2451, sphinx-book-theme#988; see _ext/README.md).
     "navbar_persistent": [],
     "launch_buttons": {
         "colab_url": "https://colab.research.google.com",

@@ -5,7 +5,8 @@
   pages paste in with glue: the PDF is the same executed book, not a stale copy.
 * It has figures (embedded images), one per figure of the site at least.
 * Printing a chapter in dark mode gives dark text on white: every text element
-  of the article has a contrast of at least 4.5:1 against a near-white background.
+  of the article has a contrast of at least 4.5:1 against a near-white background
+  (the page prints in the theme's light palette and returns to dark afterwards).
 """
 
 from __future__ import annotations
@@ -155,16 +156,29 @@ def test_printing_in_dark_mode_gives_dark_text_on_white(browser: object, rel: st
         page.wait_for_load_state("load")
         assert page.evaluate("document.documentElement.dataset.theme") == "dark"
         screen = page.evaluate(CONTRAST_JS)
+        # as a browser prints: "beforeprint" (print-light.js switches to the light
+        # palette), then the layout for paper, then "afterprint"
+        page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
         page.emulate_media(media="print", color_scheme="dark")
         printed = page.evaluate(CONTRAST_JS)
         # paper gets every section: none stays skipped (custom.css skips them on screen)
         skipped = page.evaluate("""() => Array.from(document.querySelectorAll(
             '.bd-article section section')).filter(
             s => getComputedStyle(s).contentVisibility !== 'visible').length""")
+        page.evaluate("window.dispatchEvent(new Event('afterprint'))")
+        page.emulate_media(media="screen", color_scheme="dark")
+        after = page.evaluate("document.documentElement.dataset.theme")
+        # printing to PDF fires both events too; the page prints light and returns dark
+        page.evaluate("""() => { window.__themes = [];
+            addEventListener('beforeprint', () => __themes.push(
+                document.documentElement.dataset.theme)); }""")
+        page.pdf()
+        during = page.evaluate("window.__themes")
+        after_pdf = page.evaluate("document.documentElement.dataset.theme")
         context.close()
     assert skipped == 0, f"{rel}: {skipped} sections would print skipped"
     assert screen["bodyBg"] < 0.1, "the page is not in dark mode on screen: test is vacuous"
-    assert printed["theme"] == "dark"
+    assert (printed["theme"], after, during, after_pdf) == ("light", "dark", ["light"], "dark")
     assert printed["checked"] > 20
     assert printed["bodyBg"] > 0.9, f"printed page background luminance {printed['bodyBg']}"
     assert printed["nbad"] == 0, printed["bad"]

@@ -207,6 +207,21 @@ def test_search_ranks_the_section_about_the_query_first(browser: object, site: s
         context.close()
 
 
+def test_search_page_field_shows_what_is_typed(browser: object, site: str) -> None:
+    """The magnifier sits left of the typed text, not over its first letters."""
+    context, page = open_offline(browser, site, "search.html?q=online", **DESKTOP)
+    try:
+        gap = page.evaluate("""async () => { await document.fonts.ready;
+            const f = document.querySelector('.bd-search-container form.bd-search');
+            const input = f.querySelector('input'), icon = f.querySelector('i');
+            const text = input.getBoundingClientRect().left
+                + parseFloat(getComputedStyle(input).paddingLeft);
+            return text - icon.getBoundingClientRect().right; }""")
+        assert gap >= 2, f"the magnifier overlaps the typed text by {-gap:.0f} px"
+    finally:
+        context.close()
+
+
 def test_desktop_header_has_one_search_field(browser: object, site: str) -> None:
     """The sidebar's search field is the only search control a desktop reader sees."""
     context, page = open_offline(browser, site, CONTENTS_PAGE, **DESKTOP)
