@@ -21,7 +21,7 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 BUILD   ?= _build
 # -j auto: chapters execute while Sphinx reads them, one worker (and one kernel with one
-# BLAS thread, see _ext/exec_report.py) per core.
+# BLAS thread, see _ext/chapter_execution.py) per core.
 SPHINXOPTS ?= -n -W --keep-going -j auto
 # The stamp changes whenever the pins or the package metadata change, so `make`
 # re-installs exactly then.

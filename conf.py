@@ -24,6 +24,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx_copybutton",
     "sphinx_togglebutton",
+    "author_year",  # the reference list labelled and sorted as cited: [Vaswani et al., 2017]
     "sphinxcontrib.bibtex",
     "sphinxcontrib.katex",  # math rendered to HTML at build time (Node + KaTeX)
     "katex_local",  # KaTeX CSS + fonts from node_modules into _static; parse errors fail
@@ -31,7 +32,7 @@ extensions = [
     "lazy_images",  # figures load as the reader nears them (loading="lazy")
     "vega_local",  # Vega-Lite from node_modules into _static; loaded only where a figure needs it
     "exec_cache",  # re-executes chapters whenever code/selfattn changes; heals a broken cache
-    "exec_report",  # failing cell in one screen; balanced parallel execution; times
+    "chapter_execution",  # runs the chapters over both cores; failing cell in one screen; times
     "launch_notebooks",  # Colab/Binder/download point at executed .ipynb files
     "sphinx_last_updated_by_git",  # "last updated" from each page's git history
     "notfound.extension",  # a 404 page with absolute links
@@ -41,7 +42,7 @@ extensions = [
 exclude_patterns = [
     "_build", ".venv", "**/.ipynb_checkpoints", "README.md", "code", "tests",
     "node_modules", ".ci", "benchmarks", ".pytest_cache", "images/README.md", "_extra",
-    ".github", ".hypothesis",
+    ".github", ".hypothesis", "_ext",
 ]
 html_extra_path = ["_extra"]  # binder/requirements.txt for launching the published notebooks
 # A shallow clone, or a download without .git, has no dates: not an error.
@@ -49,13 +50,17 @@ suppress_warnings = ["git.too_shallow", "git.subprocess_error"]
 git_untracked_show_sourcelink = True
 templates_path = ["_templates"]
 html_static_path = ["_static"]
-html_css_files = ["custom.css", "print.css"]  # print.css: dark mode prints dark on white
-# The visible sidebar toggles forward their clicks to the ones the themes bind
-# (pydata-sphinx-theme#2451, sphinx-book-theme#988); see _static/sidebar-toggles.js.
-html_js_files = [("sidebar-toggles.js", {"defer": "defer"}),
-                 ("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off edge of wide boxes
-                 ("figures.js", {"defer": "defer"}),  # figure text >= 9.5 px on phones
-                 ("a11y.js", {"defer": "defer"})]  # accessible names match visible text
+html_css_files = ["custom.css", "print.css"]  # print.css: what paper shows
+# Patches of other libraries' behaviour, and why each is there: _ext/README.md.
+html_js_files = [("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off edge of wide boxes
+                 ("a11y.js", {"defer": "defer"}),  # accessible names match visible text
+                 # "On this page" follows the reader; a tapped entry closes the phone drawer
+                 ("page-contents.js", {"defer": "defer"}),
+                 ("print-light.js", {"defer": "defer"})]  # dark mode prints dark on white
+
+# --- search ---------------------------------------------------------------
+# A section titled with the query ranks above the glossary and API entries that name it.
+html_search_scorer = "_ext/search_scorer.js"
 
 # --- strictness -----------------------------------------------------------
 nitpicky = True
@@ -91,7 +96,7 @@ katex_prerender = True  # no math JavaScript in the page; CSS + fonts: _ext/kate
 
 # --- bibliography ---------------------------------------------------------
 bibtex_bibfiles = ["references.bib"]
-bibtex_default_style = "unsrt"
+bibtex_default_style = "author_year"  # _ext/author_year.py
 bibtex_reference_style = "author_year"
 
 # --- autodoc --------------------------------------------------------------
@@ -136,6 +141,11 @@ html_theme_options = {
     "use_edit_page_button": True,
     "use_download_button": True,
     "show_toc_level": 2,
+    # No search button in the top bar: the sidebar's search field is the one (and Ctrl+K).
+    # With every navbar_* empty the theme renders no top bar content, so the article
+    # header's sidebar buttons are the page's only ones and the themes bind them
+    # (pydata-sphinx-theme#2451, sphinx-book-theme#988; see _ext/README.md).
+    "navbar_persistent": [],
     "launch_buttons": {
         "colab_url": "https://colab.research.google.com",
         "binderhub_url": "https://mybinder.org",
@@ -191,6 +201,10 @@ if tags.has("pdf"):  # noqa: F821  (Sphinx injects `tags` into conf.py)
     exclude_patterns += ["index.md", "404.md"]
 else:
     exclude_patterns.append("_pdf")
+# Figures are numbered by chapter (Fig. 4.2) on the pages and in the PDF, where LaTeX
+# otherwise restarts the count in each chapter with no chapter in the number.
+numfig = True
+numfig_secnum_depth = 1
 latex_show_urls = "no"
 latex_show_pagerefs = False
 latex_elements = {
@@ -207,8 +221,45 @@ latex_elements = {
 """,
     # long output lines wrap instead of running off the page
     "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxoverfull=1",
-    "figure_align": "H",
+    # a captioned figure goes here if it fits, else to the top of the next page while
+    # the text fills this one ("H" left pages nearly empty before tall figures)
+    "figure_align": "!htbp",
     "printindex": r"\footnotesize\raggedright\printindex",
+    # a chapter starts on the next page, not the next right-hand one: no blank pages
+    # before chapters and appendices (there were 10)
+    "extraclassoptions": "openany",
+    "preamble": r"""
+% DejaVu Sans Mono has no script l (U+2113, the online softmax's running sum): in code
+% and outputs it comes from FreeMono; the text fonts have their own.
+\usepackage{newunicodechar}
+\newfontfamily\selfattnmonofallback{FreeMono}[Scale=MatchLowercase]
+\makeatletter
+\AtBeginDocument{\edef\selfattn@tt{\ttdefault}}
+\newunicodechar{ℓ}{\ifx\f@family\selfattn@tt{\selfattnmonofallback\symbol{"2113}}%
+  \else\symbol{"2113}\fi}
+% The references are one list, titled as the site titles it (the page "References" is
+% left out of the PDF: _ext/pdf_book.py), labelled as cited, [Vaswani et al., 2017],
+% with a hanging indent instead of a column as wide as the longest label.
+\renewcommand{\@biblabel}[1]{[#1]}
+\renewenvironment{sphinxthebibliography}[1]{%
+  \renewcommand{\bibname}{References}\clearpage\phantomsection
+  \chapter*{\bibname}\addcontentsline{toc}{chapter}{\bibname}%
+  \list{\@biblabel{\@arabic\c@enumiv}}{%
+    \setlength{\leftmargin}{1.5em}\setlength{\itemindent}{-1.5em}%
+    \setlength{\labelwidth}{0pt}\setlength{\labelsep}{0.5em}%
+    \setlength{\itemsep}{0.3\baselineskip}%
+    \def\makelabel##1{##1}\usecounter{enumiv}}%
+  \sloppy\clubpenalty4000\widowpenalty4000\sfcode`\.\@m}
+  {\def\@noitemerr{\@latex@warning{Empty `thebibliography' environment}}\endlist}
+% Figure and table numbers carry their chapter: 2.3, and D.1 in appendix D (Sphinx's
+% numbering, set at \begin{document}, writes \arabic{chapter}: appendix D's figure was 4.1).
+\AtBeginDocument{%
+  \renewcommand{\thefigure}{\ifnum\c@chapter>\z@\thechapter.\fi\arabic{figure}}%
+  \renewcommand{\thetable}{\ifnum\c@chapter>\z@\thechapter.\fi\arabic{table}}%
+  % a figure and its caption fit a page: Sphinx lets an image alone be \textheight tall
+  \spx@image@maxheight=0.8\textheight}
+\makeatother
+""",
 }
 
 # --- copy buttons ---------------------------------------------------------

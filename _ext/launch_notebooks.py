@@ -28,6 +28,7 @@ Configuration (in ``conf.py``)::
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -55,16 +56,18 @@ BOOK_PDF_TAG = "book_pdf"
 
 
 def executed_notebook(path: Path, cache_path: str | None) -> Any:
-    """The executed notebook at ``path``, outputs filled in from the cache if missing.
+    """The executed notebook at ``path``, its outputs as the kernel wrote them.
 
     myst-nb 1.4 writes ``jupyter_execute/<page>.ipynb`` from the notebook *before*
     merging a cache hit, so after a cached build the copy has no outputs. The
     jupyter-cache record holds them; merge it in (cells are matched by source).
+    The record is the kernel's own record, so it is read whenever there is one, also
+    after a build that executed the chapter (see :func:`keep_executed_outputs`).
     """
     import nbformat
 
     notebook = nbformat.read(str(path), as_version=4)
-    if not cache_path or any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"):
+    if not cache_path:
         return notebook
     from jupyter_cache import get_cache
 
@@ -73,6 +76,32 @@ def executed_notebook(path: Path, cache_path: str | None) -> Any:
     except KeyError:  # not cached (execution off): leave it as it is
         return notebook
     return merged
+
+
+def keep_executed_outputs() -> None:
+    """Make myst-nb merge a cell's stream outputs on a copy, not on the notebook itself.
+
+    With ``nb_merge_streams`` the renderer calls ``coalesce_streams(outputs)``, which
+    appends each later stdout output to the first one *in place* and returns a new list
+    without them. The notebook myst-nb then writes to ``jupyter_execute/`` (after a build
+    that executed the chapter) keeps every output, the first one now holding them all:
+    the published notebook printed a cell's last lines twice. Wrapped here to work on a
+    deep copy; idempotent. No upstream issue (myst-nb 1.4's render.py marks the call
+    "TODO should this be saved on the output notebook"); _ext/README.md lists this patch
+    and tests/test_notebook_outputs.py fails when myst-nb stops mutating (time to drop it)
+    or stops calling the name this wraps.
+    """
+    from myst_nb.core import render
+
+    merge = render.coalesce_streams
+    if getattr(merge, "_selfattn_copies", False):
+        return
+
+    def merge_a_copy(outputs: list) -> list:
+        return merge(copy.deepcopy(outputs))
+
+    merge_a_copy._selfattn_copies = True  # type: ignore[attr-defined]
+    render.coalesce_streams = merge_a_copy
 
 
 def colab_url(owner_repo: str, branch: str, nb_path: str) -> str:
@@ -159,6 +188,7 @@ def publish_page(app: Sphinx, pagename: str, out: Path) -> None:
         resolver=make_resolver(app, pagename), bibliography=bibliography,
         title=app.env.titles[pagename].astext(),
         page_url=site + app.builder.get_target_uri(pagename),
+        merge_streams=bool(app.config.nb_merge_streams),
     )
     out.write_text(json.dumps(published, indent=1, ensure_ascii=False) + "\n",
                    encoding="utf-8")
@@ -232,6 +262,7 @@ def _binder_requirements_install_spec(app: Sphinx, exception: Exception | None) 
 
 
 def setup(app: Sphinx) -> dict:
+    keep_executed_outputs()
     app.add_config_value("launch_notebook_branch", "gh-pages", "html")
     app.add_config_value("launch_binder_env_ref", "binder-env", "html")
     app.add_config_value("launch_install_spec", "selfattn", "html")

@@ -18,7 +18,7 @@ whenever the reader goes somewhere other than the top of the page:
 The page is then laid out in full, as it was without the rule. Only chapter
 pages (``chapters/``) opt in: the script adds ``selfattn-skip-offscreen`` to
 ``<html>``, and the CSS rule needs it (so without JavaScript nothing is skipped).
-tests/test_reader.py::test_jumps_land_on_their_section checks each case.
+tests/test_reader_nav.py::test_jumps_land_on_their_section checks each case.
 """
 
 from __future__ import annotations

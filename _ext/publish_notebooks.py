@@ -47,6 +47,18 @@ class PublishError(ValueError):
 
 # --- glue -----------------------------------------------------------------------
 
+def coalesce_streams(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A cell's outputs with each stream merged into one, as myst-nb renders them."""
+    from myst_nb.core.utils import coalesce_streams as merge
+    from nbformat import from_dict
+
+    copies = [from_dict(copy.deepcopy(o)) for o in outputs]
+    for out in copies:  # nbformat's JSON may split a text into a list of lines
+        if isinstance(out.get("text"), list):
+            out["text"] = "".join(out["text"])
+    return merge(copies)
+
+
 def format_glue(data: dict[str, Any], fmt: str) -> str:
     """The text myst-nb's ``{glue:text}`key:fmt``` role shows for ``data``."""
     from myst_nb.core.variables import format_plain_text
@@ -202,6 +214,10 @@ def convert_directive(
         title = argument or TITLES.get(name, "") or name.title()
         title = convert_roles(title, values, resolver)
         return _quote([f"**{title}**", "", *content] if title else content)
+    if name == "container" and "screen-only" in argument.split():
+        # prose that asks for a slider or a click: a notebook shows the static figure,
+        # so it keeps the ``print-only`` twin instead
+        return []
     if name in ("epigraph", "pull-quote", "highlights", "topic", "sidebar", "margin",
                 "card", "container", "div", "rubric"):
         head = [f"**{convert_roles(argument, values, resolver)}**", ""] if argument else []
@@ -414,7 +430,8 @@ def references_cell(resolver: Resolver, bibliography: Callable[[str], str] | Non
         dict[str, Any] | None:
     if not resolver.cited or bibliography is None:
         return None
-    items = "\n".join(f"- {bibliography(key)}" for key in resolver.cited)
+    # in the order of the list: by the labels each entry starts with
+    items = "\n".join(f"- {entry}" for entry in sorted(map(bibliography, resolver.cited)))
     return {"cell_type": "markdown", "id": "selfattn-references", "metadata": {},
             "source": f"## References\n\n{items}"}
 
@@ -428,8 +445,13 @@ def publish(
     bibliography: Callable[[str], str] | None = None,
     title: str | None = None,
     page_url: str | None = None,
+    merge_streams: bool = False,
 ) -> dict[str, Any]:
-    """The published copy of an executed chapter notebook (the input is not changed)."""
+    """The published copy of an executed chapter notebook (the input is not changed).
+
+    ``merge_streams``: merge each cell's stdout (and stderr) outputs into one, as the
+    page shows them (conf.py's ``nb_merge_streams``), with myst-nb's own function.
+    """
     resolver = resolver or Resolver()
     resolver.cited = []
     nb = copy.deepcopy(notebook)
@@ -448,6 +470,8 @@ def publish(
                 continue
             cell["outputs"] = [o for o in cell.get("outputs", [])
                                if "scrapbook" not in o.get("metadata", {})]
+            if merge_streams:
+                cell["outputs"] = [dict(o) for o in coalesce_streams(cell["outputs"])]
             tags = cell.get("metadata", {}).get("tags", [])
             if "hide-cell" in tags or "hide-input" in tags:
                 cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
@@ -484,60 +508,38 @@ def publish(
 
 # --- bibliography ---------------------------------------------------------------
 
-def _latex_to_text(text: str) -> str:
-    import codecs
-
-    import latexcodec  # noqa: F401  (registers the "ulatex" codec)
-
-    return codecs.decode(text, "ulatex").replace("{", "").replace("}", "")
-
-
-def load_bibliography(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:
-    """``key -> {"last": [...], "year": str, "title": str, "where": str}`` from .bib files."""
+def load_bibliography(paths: Iterable[Path]) -> dict[str, Any]:
+    """``key -> pybtex Entry`` from .bib files."""
     from pybtex.database import parse_file
 
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, Any] = {}
     for path in paths:
-        for key, entry in parse_file(str(path), bib_format="bibtex").entries.items():
-            people = entry.persons.get("author", []) or entry.persons.get("editor", [])
-            fields = entry.fields
-            where = fields.get("journal") or fields.get("booktitle") or fields.get("publisher")
-            if not where and fields.get("eprint"):
-                where = f"arXiv:{fields['eprint']}"
-            entries[key] = {
-                "last": [_latex_to_text(" ".join(p.last_names)) for p in people],
-                "names": [_latex_to_text(" ".join(p.get_part("first") + p.get_part("middle")
-                                                  + p.get_part("prelast") + p.get_part("last")))
-                          for p in people],
-                "year": fields.get("year", "n.d."),
-                "title": _latex_to_text(fields.get("title", key)),
-                "where": _latex_to_text(where or ""),
-            }
+        entries.update(parse_file(str(path), bib_format="bibtex").entries)
     return entries
 
 
-def author_year(entry: dict[str, Any]) -> tuple[str, str]:
-    last = entry["last"]
-    if len(last) >= 3:
-        who = f"{last[0]} et al."
-    elif len(last) == 2:
-        who = f"{last[0]} and {last[1]}"
-    else:
-        who = last[0] if last else "Anon."
-    return who, entry["year"]
-
-
 def citation_formatter(
-    entries: dict[str, dict[str, Any]], references_url: str = ""
+    entries: dict[str, Any], references_url: str = ""
 ) -> tuple[Callable[[list[str], str], str], Callable[[str], str]]:
-    """Functions for ``Resolver.cite`` (in-text) and the closing reference list."""
+    """Functions for ``Resolver.cite`` (in-text) and the closing reference list.
+
+    Both come from the site's own bibliography style (_ext/author_year.py, through
+    pybtex): a citation reads as on the page, "(Vaswani et al., 2017)", and a list
+    entry as on the references page, "[Vaswani et al., 2017] Ashish Vaswani, ...".
+    """
+    from author_year import STYLE_NAME, register, who_and_year
+    from pybtex.plugin import find_plugin
+
+    register()
+    style = find_plugin("pybtex.style.formatting", STYLE_NAME)()
+    formatted = {e.key: e for e in style.format_entries(entries.values())}
 
     def cite(keys: list[str], mode: str) -> str:
         parts = []
         for key in keys:
             if key not in entries:
                 raise PublishError(f"citation {key!r} is not in the bibliography")
-            who, year = author_year(entries[key])
+            who, year = who_and_year(entries[key])
             if mode.startswith("t"):
                 parts.append(f"{who} ({year})")
             elif mode == "author":
@@ -551,10 +553,9 @@ def citation_formatter(
         return _link(text, references_url)
 
     def bibliography(key: str) -> str:
-        e = entries[key]
-        names = ", ".join(e["names"]) or "Anon."
-        where = f" *{e['where']}*." if e["where"] else ""
-        return f"{names} ({e['year']}). {e['title']}.{where}"
+        entry = formatted[key]
+        text = entry.text.render_as("markdown").replace("\n", " ")
+        return f"\\[{entry.label}\\] {text}"
 
     return cite, bibliography
 

@@ -6,7 +6,7 @@
  * Dropping the aria-label lets the visible text name the control.
  * - The bibliography's .citation-list is role="list" but its entries are
  *   doc-biblioentry, not listitems (axe: aria-required-children): drop the role.
- * tests/test_reader.py runs axe-core on every page.
+ * tests/test_reader_a11y.py runs axe-core on every page.
  */
 (function () {
   function fix() {

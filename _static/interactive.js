@@ -8,9 +8,17 @@
  * fallback is hidden (CSS: .selfattn-vega-ready). A theme switch re-renders the
  * chart, keeping the slider and toggle values. Tests reach the view as el.vegaView
  * and the compiled Vega spec as el.vegaSpec.
+ *
+ * A fine slider (more than FINE_STEPS steps: the temperature's 100 steps fit in 129 px on
+ * a 390 px phone) gets tick marks (a <datalist>) at its starting value and at every whole
+ * number in its range, the values the text discusses (T = 1, 2, 4, ...). A thumb dragged
+ * (pointer, finger) to within SNAP_PX of a tick lands on it; the keyboard still moves one
+ * step at a time, so a step off a tick is never undone.
  */
 (function () {
   const CONCAT_AXIS_ROOM = 84;
+  const FINE_STEPS = 20;
+  const SNAP_PX = 6;
   function isDark() {
     return document.documentElement.dataset.theme === "dark";
   }
@@ -57,8 +65,49 @@
     });
     el.vegaView = result.view;
     el.vegaSpec = result.vgSpec;
+    addTicks(el, box);
     el.dataset.theme = dark ? "dark" : "light";
     el.classList.add("selfattn-vega-ready");
+  }
+
+  // tick marks, and snapping to them while dragging, on every fine slider of the figure
+  let datalists = 0;
+  function addTicks(el, box) {
+    (el.selfattnSpec.params || []).forEach((p) => {
+      const bind = p.bind || {};
+      if (bind.input !== "range") return;
+      const input = Array.from(box.querySelectorAll("input[type=range]"))
+        .find((i) => i.name === p.name);
+      const [min, max, step] = [bind.min, bind.max, bind.step].map(Number);
+      if (!input || !(step > 0) || (max - min) / step <= FINE_STEPS) return;
+      const ticks = [p.value];
+      for (let v = Math.ceil(min); v <= max; v += 1) ticks.push(v);
+      const values = Array.from(new Set(ticks.filter((v) => v >= min && v <= max)))
+        .sort((a, b) => a - b);
+      const list = document.createElement("datalist");
+      list.id = `selfattn-ticks-${++datalists}`;
+      values.forEach((v) => {
+        const option = document.createElement("option");
+        option.value = String(v);
+        list.appendChild(option);
+      });
+      input.after(list);
+      input.setAttribute("list", list.id);
+      let dragging = false;
+      input.addEventListener("pointerdown", () => { dragging = true; });
+      ["pointerup", "pointercancel", "lostpointercapture"].forEach((type) => {
+        input.addEventListener(type, () => { dragging = false; });
+      });
+      input.addEventListener("input", () => {
+        if (!dragging) return;  // the keyboard moves by steps, never snapped back
+        const value = Number(input.value);
+        const radius = (max - min) * SNAP_PX / Math.max(1, input.clientWidth);
+        const near = values.find((v) => Math.abs(v - value) <= radius);
+        if (near === undefined || near === value) return;
+        input.value = String(near);
+        input.dispatchEvent(new Event("input", { bubbles: true }));  // Vega reads it
+      });
+    });
   }
 
   // one render at a time per figure: a theme switch or resize during a render waits for it

@@ -1,6 +1,6 @@
 /* Boxes that scroll sideways say so.
  *
- * Wide matrices, code, display equations and figures scroll inside their own box on a
+ * Wide matrices, code and display equations scroll inside their own box on a
  * phone. Without a hint a reader cannot tell that a table goes on to the right. This
  * script marks every such box that has hidden content on a side (class sa-more-right /
  * sa-more-left, updated as it scrolls); custom.css fades that edge out, so the cut-off
@@ -12,7 +12,7 @@
  * 04-whys, again at every resize and every figure load. Instead each box is measured
  * when it comes within a screen of the viewport (IntersectionObserver), reads before
  * writes, so a batch costs one layout. The first Tab key press measures every box, so
- * a keyboard reader can reach each box that scrolls. tests/test_reader.py checks the
+ * a keyboard reader can reach each box that scrolls. tests/test_reader_phone.py checks the
  * fade on every scrollable box and that boxes are marked as the reader scrolls to them.
  */
 (function () {
@@ -21,7 +21,6 @@
     "div.cell_output pre",
     ".selfattn-matrix",
     "div.math",
-    ".selfattn-figure-scroll",
     ".pst-scrollable-table-container",
     ".table-wrapper",
   ].join(",");
@@ -70,7 +69,7 @@
   }
 
   // selfattnScrollHints(): measure every box now (keyboard, tests);
-  // selfattnScrollHints([box, ...]): those boxes (figures.js, after fitting a figure).
+  // selfattnScrollHints([box, ...]): those boxes.
   window.selfattnScrollHints = (boxes) => {
     if (!boxes) return measure(watch());
     boxes.forEach(watchBox);

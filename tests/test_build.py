@@ -137,7 +137,7 @@ kernelspec:
 def _mini_book(tmp: Path, value: int, extra_cell: str = "") -> None:
     """A one-page book that glues a value returned by a watched package.
 
-    It uses the real book's execution extensions (exec_cache, exec_report) and
+    It uses the real book's execution extensions (exec_cache, chapter_execution) and
     settings. ``extra_cell``: source of a second code cell, after the glued text.
     """
     (tmp / "pkg").mkdir(exist_ok=True)
@@ -147,7 +147,7 @@ def _mini_book(tmp: Path, value: int, extra_cell: str = "") -> None:
         import sys
         from pathlib import Path
         sys.path.insert(0, str(Path(__file__).parent / "_ext"))
-        extensions = ["myst_nb", "exec_cache", "exec_report"]
+        extensions = ["myst_nb", "exec_cache", "chapter_execution"]
         nb_execution_mode = "cache"
         nb_execution_raise_on_error = True
         exec_cache_watch = ["pkg"]
@@ -447,7 +447,7 @@ def test_failing_cell_is_reported_in_one_screen(tmp_path: Path, jobs: str):
         f"  > {line:4d} | assert y == 43, f\"expected 43, got {{y}}\"",
         f"    {line + 1:4d} | print(\"never reached\")",
         "  AssertionError: expected 43, got 42",
-        "  full traceback: _build/exec-errors/index.log [exec_report.cell]",
+        "  full traceback: _build/exec-errors/index.log [chapter_execution.cell]",
     ]
     assert err.strip().splitlines() == expected, err
     for noise in ("Traceback", "report this error", "Versions", "without encryption",

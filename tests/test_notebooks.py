@@ -245,8 +245,17 @@ def test_published_notebook_is_plain_markdown_with_numbers(chapter: Path) -> Non
 @pytest.mark.html
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_published_numbers_are_the_ones_the_page_shows(chapter: Path) -> None:
-    """Each glued number of the page appears in the notebook's markdown, in order."""
-    page = (HTML / "chapters" / f"{chapter.stem}.html").read_text(encoding="utf-8")
+    """Each glued number of the page appears in the notebook's markdown, in order.
+
+    Not those of a ``screen-only`` paragraph (one that asks for a slider): a notebook
+    keeps its ``print-only`` twin, whose numbers the page shows too."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup((HTML / "chapters" / f"{chapter.stem}.html")
+                         .read_text(encoding="utf-8"), "html.parser")
+    for twin in soup.select(".screen-only"):
+        twin.decompose()
+    page = str(soup)
     shown = re.findall(r'<span class="pasted-text">([^<]*)</span>', page)
     assert shown, "the page shows no glued numbers"
     markdown = "\n".join(text_of(c) for c in published(chapter)["cells"]

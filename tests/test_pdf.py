@@ -5,7 +5,8 @@
   pages paste in with glue: the PDF is the same executed book, not a stale copy.
 * It has figures (embedded images), one per figure of the site at least.
 * Printing a chapter in dark mode gives dark text on white: every text element
-  of the article has a contrast of at least 4.5:1 against a near-white background.
+  of the article has a contrast of at least 4.5:1 against a near-white background
+  (the page prints in the theme's light palette and returns to dark afterwards).
 """
 
 from __future__ import annotations
@@ -163,16 +164,107 @@ def test_printing_in_dark_mode_gives_dark_text_on_white(browser: object, rel: st
         page.wait_for_load_state("load")
         assert page.evaluate("document.documentElement.dataset.theme") == "dark"
         screen = page.evaluate(CONTRAST_JS)
+        # as a browser prints: "beforeprint" (print-light.js switches to the light
+        # palette), then the layout for paper, then "afterprint"
+        page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
         page.emulate_media(media="print", color_scheme="dark")
         printed = page.evaluate(CONTRAST_JS)
         # paper gets every section: none stays skipped (custom.css skips them on screen)
         skipped = page.evaluate("""() => Array.from(document.querySelectorAll(
             '.bd-article section section')).filter(
             s => getComputedStyle(s).contentVisibility !== 'visible').length""")
+        page.evaluate("window.dispatchEvent(new Event('afterprint'))")
+        page.emulate_media(media="screen", color_scheme="dark")
+        after = page.evaluate("document.documentElement.dataset.theme")
+        # printing to PDF fires both events too; the page prints light and returns dark
+        page.evaluate("""() => { window.__themes = [];
+            addEventListener('beforeprint', () => __themes.push(
+                document.documentElement.dataset.theme)); }""")
+        page.pdf()
+        during = page.evaluate("window.__themes")
+        after_pdf = page.evaluate("document.documentElement.dataset.theme")
         context.close()
     assert skipped == 0, f"{rel}: {skipped} sections would print skipped"
     assert screen["bodyBg"] < 0.1, "the page is not in dark mode on screen: test is vacuous"
-    assert printed["theme"] == "dark"
+    assert (printed["theme"], after, during, after_pdf) == ("light", "dark", ["light"], "dark")
     assert printed["checked"] > 20
     assert printed["bodyBg"] > 0.9, f"printed page background luminance {printed['bodyBg']}"
     assert printed["nbad"] == 0, printed["bad"]
+
+
+# --- the PDF as a book (issue 26): fonts, references, numbering, paper wording, pages ---
+
+LOG = ROOT / "_build" / "latex" / "self-attention-verified.log"
+
+
+def _pages() -> list[str]:
+    """The text of each page, in order (pdftotext keeps a form feed between pages)."""
+    out = subprocess.run(["pdftotext", "-layout", str(require_pdf()), "-"], check=True,
+                         capture_output=True, text=True).stdout
+    return out.split("\f")[:-1]
+
+
+@pytest.mark.slow
+def test_pdf_has_every_character_it_prints(pdf_text: str) -> None:
+    """XeLaTeX logs a glyph its font lacks and prints nothing (an empty box) in its place:
+    DejaVu Sans Mono has no ℓ, the online softmax's running sum in code and outputs."""
+    require_pdf()
+    missing = [ln for ln in LOG.read_text(errors="replace").splitlines()
+               if ln.startswith("Missing character")]
+    assert missing == [], missing[:5]
+    assert "running sum ℓ" in pdf_text
+
+
+@pytest.mark.slow
+def test_pdf_references_are_one_list_labelled_as_the_text_cites(pdf_text: str) -> None:
+    """One chapter "References" holds the list (no "Bibliography", no References page
+    that holds only its title), and its entries carry the author-year the text cites."""
+    pages = _pages()
+    titled = [i for i, p in enumerate(pages) if re.search(r"^\s*REFERENCES\s*$", p, re.M)]
+    assert len(titled) == 1, f"pages headed REFERENCES: {titled}"
+    assert "Bibliography" not in pdf_text and "BIBLIOGRAPHY" not in pdf_text
+    assert "[Vaswani et al., 2017] Ashish Vaswani" in pdf_text
+    assert not re.search(r"\[\d+\] [A-Z][a-z]+ [A-Z]", pdf_text), "a numbered entry"
+
+
+@pytest.mark.slow
+def test_pdf_figure_numbers_carry_their_chapter(pdf_text: str) -> None:
+    """Fig. 2.3 in chapter 2, Fig. D.1 in appendix D: never a bare 3 that restarts in each
+    chapter, never appendix D's figure numbered 4.1."""
+    numbers = re.findall(r"Fig\. ([0-9A-Z]+)\.(\d+):", pdf_text)
+    assert len(numbers) >= 30, numbers[:5]
+    assert not re.search(r"Fig\. \d+: ", pdf_text), "a figure number without its chapter"
+    chapters = [c for c, _ in numbers]
+    assert chapters == sorted(chapters, key=lambda c: (c.isalpha(), int(c) if c.isdigit()
+                                                      else c)), chapters
+    assert "D" in chapters, "the benchmarks figure (appendix D) is not numbered D.n"
+
+
+# sentences that ask the reader to move or tick something the page cannot offer
+SCREEN_PHRASES = ("Move the dial yourself", "when their boxes are ticked",
+                  "Slide through the head sizes", "For the temperature on the slider")
+
+
+@pytest.mark.slow
+def test_pdf_describes_the_static_figures_not_the_sliders(pdf_text: str) -> None:
+    left = [p for p in SCREEN_PHRASES if p in pdf_text]
+    assert left == [], f"the PDF asks the reader to {left}"
+    assert pdf_text.count("On the book’s web page") == 4  # one per interactive figure
+
+
+@pytest.mark.slow
+def test_pdf_has_no_blank_or_near_blank_pages() -> None:
+    """A page holds more than its running head and foot: no blank page before a chapter,
+    no References title alone on a page, no three lines of code on an otherwise empty
+    page before a tall figure. A chapter's last page may be short."""
+    pages = _pages()
+    near_blank = []
+    for i, page in enumerate(pages[1:], start=1):  # the title page is short on purpose
+        words = [w for w in page.split() if w not in ("Self-Attention,", "Verified")]
+        if len(words) >= 25:
+            continue
+        ends_chapter = i + 1 < len(pages) and re.search(r"^\s*(CHAPTER|APPENDIX)\s*$",
+                                                       pages[i + 1], re.M)
+        if len(words) < 10 or not ends_chapter:
+            near_blank.append((i + 1, " ".join(words)[:60]))
+    assert near_blank == [], f"{len(near_blank)} near-blank pages: {near_blank}"

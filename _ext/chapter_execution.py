@@ -1,4 +1,4 @@
-"""Chapter execution that reports in one screen and uses both cores.
+"""Chapter execution: scheduled over both cores, a failing cell reported in one screen.
 
 MyST-NB executes each chapter while Sphinx reads it. This extension wraps
 that step; it does not change what is executed or cached.
@@ -60,7 +60,7 @@ ERRORS_DIR = "exec-errors"
 SHOWN_LINES = 6  # lines of the failing cell printed in the error
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _KERNEL_CONFIG = """\
-# Written by _ext/exec_report.py for the kernels that execute the chapters.
+# Written by _ext/chapter_execution.py for the kernels that execute the chapters.
 c.IPKernelApp.log_level = "ERROR"  # not the per-start "running over TCP" warning
 c.HistoryManager.enabled = False  # no history.sqlite shared by parallel kernels
 """
@@ -187,15 +187,15 @@ class Parser(MystNbParser):
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(_ANSI.sub("", str(err)), encoding="utf-8")
             message += f"\n  full traceback: {os.path.relpath(log)}"
-        logger.error(message, location=(docname, line), type="exec_report", subtype="cell")
-        failed = env.__dict__.setdefault("exec_report_failed", set())
+        logger.error(message, location=(docname, line), type="chapter_execution", subtype="cell")
+        failed = env.__dict__.setdefault("chapter_execution_failed", set())
         failed.add(docname)
         # Render the page without execution: headings and labels stay, so other pages'
         # links still resolve; its own warnings (missing glue) only repeat the failure.
         del document[:]
         config = env.mystnb_config
         # execution off, and no page-level override (``mystnb:`` front matter) turns it on
-        env.mystnb_config = config.copy(execution_mode="off", metadata_key="_exec_report_off")
+        env.mystnb_config = config.copy(execution_mode="off", metadata_key="_chapter_execution_off")
         try:
             with _drop_records(lambda record: record.levelno < logging.WARNING):
                 super().parse(inputstring, document)
@@ -204,18 +204,18 @@ class Parser(MystNbParser):
 
 
 def _purge(app: Sphinx, env: Any, docname: str) -> None:
-    env.__dict__.get("exec_report_failed", set()).discard(docname)
+    env.__dict__.get("chapter_execution_failed", set()).discard(docname)
 
 
 def _merge(app: Sphinx, env: Any, docnames: set[str], other: Any) -> None:
-    theirs = other.__dict__.get("exec_report_failed", set()) & docnames
+    theirs = other.__dict__.get("chapter_execution_failed", set()) & docnames
     if theirs:
-        env.__dict__.setdefault("exec_report_failed", set()).update(theirs)
+        env.__dict__.setdefault("chapter_execution_failed", set()).update(theirs)
 
 
 def _outdated(app: Sphinx, env: Any, added: set, changed: set, removed: set) -> list[str]:
     """A chapter that failed to execute is read (and executed) again next time."""
-    return sorted(env.__dict__.get("exec_report_failed", set()) & set(env.all_docs))
+    return sorted(env.__dict__.get("chapter_execution_failed", set()) & set(env.all_docs))
 
 
 # ---------------------------------------------------------------- parallel reading
@@ -264,15 +264,15 @@ def balance_chunks(docnames: list[str], cost: dict[str, float], nproc: int) -> l
 
 
 def _before_read(app: Sphinx, env: Any, docnames: list[str]) -> None:
-    app._exec_report_start = time.time()
-    app._exec_report_nproc = app.parallel
+    app._chapter_execution_start = time.time()
+    app._chapter_execution_nproc = app.parallel
     if app.parallel > 1 and docnames:
         docnames[:] = balance_chunks(docnames, _predicted_seconds(app, docnames), app.parallel)
 
 
 def _env_updated(app: Sphinx, env: Any) -> None:
-    start = getattr(app, "_exec_report_start", None)
-    app._exec_report_read = None if start is None else time.time() - start
+    start = getattr(app, "_chapter_execution_start", None)
+    app._chapter_execution_read = None if start is None else time.time() - start
     # Write the pages in this process. With -j 2 Sphinx writes with one forked worker
     # (the main process only feeds it), so parallel writing gains little here, and each
     # worker would start its own KaTeX Node server that nothing stops (a forked worker
@@ -284,7 +284,7 @@ def _env_updated(app: Sphinx, env: Any) -> None:
 def execution_times(app: Sphinx) -> dict[str, Any]:
     """Per-chapter execution times and the read phase's wall time, as written to JSON."""
     env = app.env
-    start = getattr(app, "_exec_report_start", None)
+    start = getattr(app, "_chapter_execution_start", None)
     chapters = {}
     for docname in sorted(env.found_docs):
         data = NbMetadataCollector.get_doc_data(env).get(docname, {}).get("exec_data")
@@ -296,16 +296,16 @@ def execution_times(app: Sphinx) -> dict[str, Any]:
                                  and data.get("succeeded")),
             "succeeded": bool(data.get("succeeded")),
         }
-    read = getattr(app, "_exec_report_read", None)
+    read = getattr(app, "_chapter_execution_read", None)
     return {
-        "parallel": getattr(app, "_exec_report_nproc", app.parallel),
+        "parallel": getattr(app, "_chapter_execution_nproc", app.parallel),
         "read_seconds": None if read is None else round(read, 2),
         "chapters": chapters,
     }
 
 
 def _build_finished(app: Sphinx, exception: BaseException | None) -> None:
-    if exception is not None or not app.config.exec_report_times:
+    if exception is not None or not app.config.chapter_execution_times:
         return
     times = execution_times(app)
     if not times["chapters"]:
@@ -346,7 +346,7 @@ def _kernel_environment(app: Sphinx, config: Any) -> None:
 def setup(app: Sphinx) -> dict:
     app.setup_extension("myst_nb")
     app.add_source_parser(Parser, override=True)
-    app.add_config_value("exec_report_times", True, "")
+    app.add_config_value("chapter_execution_times", True, "")
     app.connect("config-inited", _kernel_environment)
     app.connect("env-purge-doc", _purge)
     app.connect("env-merge-info", _merge)
