@@ -5,15 +5,12 @@ Tolerances for the nn.MultiheadAttention comparisons (float64): ``rtol=1e-10, at
 
 from __future__ import annotations
 
-import doctest
-import importlib
-import re
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from messages import msg
 from selfattn import (
     causal_mask,
     combine_masks,
@@ -25,17 +22,6 @@ from selfattn import (
 )
 
 TOL64 = dict(rtol=1e-10, atol=1e-12)
-
-
-def test_docstring_examples_are_correct():
-    module = importlib.import_module("selfattn.masks")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
-
-
-def msg(*parts: str) -> str:
-    """Regex matching the fragments in order (each escaped)."""
-    return ".*".join(re.escape(p) for p in parts)
 
 
 # ------------------------------------------------------------------ causal_mask

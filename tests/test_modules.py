@@ -12,7 +12,6 @@ numbers, covering the different summation orders of the two implementations).
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from messages import raises
 from selfattn.masks import causal_mask, combine_masks, key_padding_to_attention_mask, padding_mask
 from selfattn.modules import (
     CausalSelfAttention,
@@ -606,11 +606,6 @@ def test_permutation_equivariance_without_positions_only(perm, seed):
 
 
 # ================================================================ bad input
-
-
-def raises(exc, *parts):
-    """pytest.raises whose message must contain every literal part, in order."""
-    return pytest.raises(exc, match=".*".join(re.escape(p) for p in parts))
 
 
 def test_bad_input_wrong_d_in_of_x():
