@@ -24,15 +24,7 @@ from selfattn.language_model import (
     learning_rate_schedule,
     train_language_model,
 )
-from selfattn.masks import (
-    causal_mask,
-    combine_masks,
-    key_padding_to_attention_mask,
-    padding_mask,
-    to_additive_mask,
-    to_blocked_mask,
-)
-from selfattn.modules import (
+from selfattn.layers import (
     CausalSelfAttention,
     KVCache,
     MultiHeadAttention,
@@ -40,6 +32,14 @@ from selfattn.modules import (
     SelfAttention,
     merge_heads,
     split_heads,
+)
+from selfattn.masks import (
+    causal_mask,
+    combine_masks,
+    key_padding_to_attention_mask,
+    padding_mask,
+    to_additive_mask,
+    to_blocked_mask,
 )
 from selfattn.perplexity import (
     bits_per_token,

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 
 from selfattn._checks import check_positive_int
 from selfattn.grouped import GroupedQueryAttention
-from selfattn.modules import KVCache, MultiHeadAttention, _check_dropout, _check_input
+from selfattn.layers import KVCache, MultiHeadAttention, _check_dropout, _check_input
 
 __all__ = ["BlockConfig", "TransformerBlock"]
 
@@ -128,7 +128,7 @@ class TransformerBlock(nn.Module):
             GELU, causal or not).
 
     Attributes:
-        ln1, attn: LayerNorm and :class:`~selfattn.modules.MultiHeadAttention`
+        ln1, attn: LayerNorm and :class:`~selfattn.layers.MultiHeadAttention`
             of the self-attention sublayer (a
             :class:`~selfattn.grouped.GroupedQueryAttention` when ``num_kv_heads``
             or ``positional`` is set).
@@ -200,13 +200,13 @@ class TransformerBlock(nn.Module):
             memory: ``(batch, k_len, d_model)``, the sequence the cross-attention
                 reads (required with ``cross_attention=True``, forbidden without).
             mask: optional self-attention mask as in
-                :meth:`selfattn.modules.MultiHeadAttention.forward` (True = may
+                :meth:`selfattn.layers.MultiHeadAttention.forward` (True = may
                 attend), e.g. ``key_padding_to_attention_mask(pad)``
                 ``(batch, 1, 1, L)``; ANDed with the causal mask.
             memory_mask: optional cross-attention mask broadcastable to
                 ``(batch, num_heads, L, k_len)``, usually the source padding
                 ``key_padding_to_attention_mask(source_pad)`` ``(batch, 1, 1, k_len)``.
-            kv_cache: optional :class:`~selfattn.modules.KVCache` for the
+            kv_cache: optional :class:`~selfattn.layers.KVCache` for the
                 self-attention (incremental decoding).
 
         Returns:

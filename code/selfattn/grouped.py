@@ -1,7 +1,7 @@
 """Grouped-query attention (GQA) and multi-query attention (MQA), with RoPE or ALiBi.
 
 Multi-head attention gives each of the h heads its own keys and values. During
-generation the :class:`~selfattn.modules.KVCache` holds all of them, for every
+generation the :class:`~selfattn.layers.KVCache` holds all of them, for every
 token and every layer, and that memory, not arithmetic, limits long contexts.
 **Grouped-query attention** keeps h query heads but only ``num_kv_heads``
 key/value heads; each key/value head serves a group of ``num_heads //
@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from selfattn._checks import check_positive_int, shape_of
-from selfattn.modules import (
+from selfattn.layers import (
     KVCache,
     MultiHeadAttention,
     _add_causal,
@@ -133,7 +133,7 @@ class GroupedQueryAttention(nn.Module):
     def from_multi_head(
         cls, mha: MultiHeadAttention, num_kv_heads: int, **kwargs: Any
     ) -> GroupedQueryAttention:
-        """Convert a trained :class:`~selfattn.modules.MultiHeadAttention` layer.
+        """Convert a trained :class:`~selfattn.layers.MultiHeadAttention` layer.
 
         As in the GQA paper, the key and value projections of the heads of each
         group are **averaged** into one head; queries and ``W_O`` are copied.
@@ -180,7 +180,7 @@ class GroupedQueryAttention(nn.Module):
             need_weights: return the weights; ``average_weights`` averages them
                 over heads ``(batch, q_len, k_len)``, else ``(batch, num_heads,
                 q_len, k_len)``.
-            kv_cache: optional :class:`~selfattn.modules.KVCache`; it stores
+            kv_cache: optional :class:`~selfattn.layers.KVCache`; it stores
                 ``(batch, num_kv_heads, cached_len, head_dim)`` keys and values,
                 ``num_heads / num_kv_heads`` times fewer than multi-head
                 attention. New tokens sit at positions ``cached_len ..``.

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from selfattn._checks import check_positive_int, is_tensor, shape_of
 from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import batches
-from selfattn.modules import KVCache
+from selfattn.layers import KVCache
 from selfattn.perplexity import negative_log_likelihood, token_nll
 from selfattn.positional import (
     LearnedPositionalEmbedding,
@@ -185,7 +185,7 @@ class TinyLM(nn.Module):
         return self.head(self.ln_f(x))  # (batch, L, vocab_size)
 
     def new_caches(self) -> list[KVCache]:
-        """One empty :class:`~selfattn.modules.KVCache` per block, for :meth:`forward`."""
+        """One empty :class:`~selfattn.layers.KVCache` per block, for :meth:`forward`."""
         return [KVCache() for _ in self.blocks]
 
     def forward(self, idx: Tensor, kv_caches: list[KVCache] | None = None) -> Tensor:
@@ -193,7 +193,7 @@ class TinyLM(nn.Module):
 
         Args:
             idx: ``(batch, L)`` integer token ids in ``[0, vocab_size)``.
-            kv_caches: optional list of one :class:`~selfattn.modules.KVCache`
+            kv_caches: optional list of one :class:`~selfattn.layers.KVCache`
                 per block (:meth:`new_caches`). The tokens of ``idx`` are then
                 the positions *after* the ``cached_len`` tokens already in the
                 caches; their keys/values are appended, and the result equals the
@@ -250,7 +250,7 @@ class TinyLM(nn.Module):
         Each new token is drawn from ``softmax(logits / temperature)`` of the last
         position (or is its argmax with ``greedy=True``). The context is the last
         ``config.seq_len`` tokens. With ``use_cache`` every block keeps a
-        :class:`~selfattn.modules.KVCache`, so each step runs the model on one
+        :class:`~selfattn.layers.KVCache`, so each step runs the model on one
         new token instead of the whole context; once the context window is full
         and must slide, positions shift and the cache is rebuilt from the window
         (no saving for those steps). Greedy generation gives the same tokens with

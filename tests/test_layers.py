@@ -1,4 +1,4 @@
-"""Tests for selfattn.modules.
+"""Tests for selfattn.layers.
 
 Reference tests compare with torch.nn.MultiheadAttention (weights copied across)
 and with hand computation; property tests use hypothesis; bad-input tests check
@@ -20,8 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from messages import raises
-from selfattn.masks import causal_mask, combine_masks, key_padding_to_attention_mask, padding_mask
-from selfattn.modules import (
+from selfattn.layers import (
     CausalSelfAttention,
     KVCache,
     MultiHeadAttention,
@@ -30,6 +29,7 @@ from selfattn.modules import (
     merge_heads,
     split_heads,
 )
+from selfattn.masks import causal_mask, combine_masks, key_padding_to_attention_mask, padding_mask
 from selfattn.positional import SinusoidalPositionalEncoding
 
 TOL = {torch.float64: dict(rtol=0, atol=1e-12), torch.float32: dict(rtol=0, atol=1e-5)}
