@@ -94,7 +94,8 @@ def test_tinylm_with_relative_positions_and_gqa(positional: str) -> None:
                    positional=positional, num_kv_heads=2)
     torch.manual_seed(0)
     model = TinyLM(cfg).eval()
-    assert isinstance(model.blocks[0].attn, GroupedQueryAttention)
+    attn = model.blocks[0].attn  # the one attention layer, with 2 key/value heads
+    assert type(attn) is MultiHeadAttention and attn.num_kv_heads == 2
     idx = torch.randint(0, 7, (2, 8))
     with torch.no_grad():
         full = model(idx)

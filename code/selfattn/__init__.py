@@ -11,12 +11,13 @@ from selfattn.attention import (
 )
 from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
-from selfattn.grouped import GroupedQueryAttention, kv_cache_bytes
+from selfattn.grouped import GroupedQueryAttention
 from selfattn.kernel_regression import (
     gaussian_kernel_scores,
     gaussian_key_bias,
     nadaraya_watson,
 )
+from selfattn.kv_cache import KVCache, kv_cache_bytes
 from selfattn.language_model import (
     LMConfig,
     TinyLM,
@@ -26,7 +27,6 @@ from selfattn.language_model import (
 )
 from selfattn.layers import (
     CausalSelfAttention,
-    KVCache,
     MultiHeadAttention,
     MultiHeadAttentionConfig,
     SelfAttention,
@@ -81,19 +81,28 @@ __all__ = [
     "fit_bigram",
     # examples (submodule: the worked-example inputs)
     "examples",
-    # grouped (grouped-query and multi-query attention)
+    # grouped (MultiHeadAttention under its grouped-query name)
     "GroupedQueryAttention",
-    "kv_cache_bytes",
     # kernel_regression (Nadaraya–Watson: attention as kernel regression)
     "gaussian_kernel_scores",
     "gaussian_key_bias",
     "nadaraya_watson",
+    # kv_cache (keys and values kept for generation)
+    "KVCache",
+    "kv_cache_bytes",
     # language_model (tiny decoder-only transformer)
     "LMConfig",
     "TinyLM",
     "evaluate_perplexity",
     "learning_rate_schedule",
     "train_language_model",
+    # layers (torch attention layers; the old name selfattn.modules re-exports them)
+    "CausalSelfAttention",
+    "MultiHeadAttention",
+    "MultiHeadAttentionConfig",
+    "SelfAttention",
+    "merge_heads",
+    "split_heads",
     # masks
     "causal_mask",
     "combine_masks",
@@ -101,14 +110,6 @@ __all__ = [
     "padding_mask",
     "to_additive_mask",
     "to_blocked_mask",
-    # modules (torch layers)
-    "CausalSelfAttention",
-    "KVCache",
-    "MultiHeadAttention",
-    "MultiHeadAttentionConfig",
-    "SelfAttention",
-    "merge_heads",
-    "split_heads",
     # perplexity
     "bits_per_token",
     "negative_log_likelihood",

@@ -5,9 +5,9 @@ copied code and in the chapters) keeps working; new code imports from
 :mod:`selfattn.layers`, or from :mod:`selfattn` directly.
 """
 
+from selfattn.kv_cache import KVCache
 from selfattn.layers import (
     CausalSelfAttention,
-    KVCache,
     MultiHeadAttention,
     MultiHeadAttentionConfig,
     SelfAttention,
