@@ -18,13 +18,7 @@ from selfattn.kernel_regression import (
     nadaraya_watson,
 )
 from selfattn.kv_cache import KVCache, kv_cache_bytes
-from selfattn.language_model import (
-    LMConfig,
-    TinyLM,
-    evaluate_perplexity,
-    learning_rate_schedule,
-    train_language_model,
-)
+from selfattn.language_model import LMConfig, TinyLM, evaluate_perplexity
 from selfattn.layers import (
     CausalSelfAttention,
     MultiHeadAttention,
@@ -65,6 +59,7 @@ from selfattn.similarity import (
 )
 from selfattn.softmax import log_softmax, softmax
 from selfattn.tiled import attention_full, online_softmax, peak_memory, tiled_attention
+from selfattn.training import learning_rate_schedule, train_language_model
 
 __all__ = [
     # attention
@@ -94,8 +89,6 @@ __all__ = [
     "LMConfig",
     "TinyLM",
     "evaluate_perplexity",
-    "learning_rate_schedule",
-    "train_language_model",
     # layers (torch attention layers; the old name selfattn.modules re-exports them)
     "CausalSelfAttention",
     "MultiHeadAttention",
@@ -139,4 +132,7 @@ __all__ = [
     "online_softmax",
     "peak_memory",
     "tiled_attention",
+    # training (the training loop of TinyLM)
+    "learning_rate_schedule",
+    "train_language_model",
 ]
