@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from selfattn.block import BlockConfig, TransformerBlock
+from selfattn.kv_cache import KVCache
 from selfattn.language_model import LMConfig, TinyLM
 from selfattn.masks import key_padding_to_attention_mask, padding_mask
-from selfattn.modules import KVCache
 
 D, H, FF = 16, 4, 24
 

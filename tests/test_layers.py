@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from messages import raises
+from selfattn.kv_cache import KVCache
 from selfattn.layers import (
     CausalSelfAttention,
-    KVCache,
     MultiHeadAttention,
     MultiHeadAttentionConfig,
     SelfAttention,
@@ -856,3 +856,17 @@ def test_mha_eval_weights_explain_the_output_with_masks_and_cache():
     full_out, full_w = mha(x, average_weights=False)  # no padding mask here
     torch.testing.assert_close(out_last, full_out[:, 5:], **TOL[torch.float64])
     torch.testing.assert_close(w_last, full_w[:, :, 5:], **TOL[torch.float64])
+
+
+def test_old_module_name_reexports_the_same_objects():
+    """``from selfattn.modules import ...`` (chapters, readers' copied code) keeps working."""
+    import selfattn.grouped
+    import selfattn.kv_cache
+    import selfattn.layers
+    import selfattn.modules
+
+    for name in selfattn.modules.__all__:
+        home = selfattn.kv_cache if name == "KVCache" else selfattn.layers
+        assert getattr(selfattn.modules, name) is getattr(home, name), name
+    assert selfattn.grouped.kv_cache_bytes is selfattn.kv_cache.kv_cache_bytes
+    assert issubclass(selfattn.grouped.GroupedQueryAttention, MultiHeadAttention)
