@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from messages import msg
+from checking import msg
 from selfattn import (
     attention_scores,
     causal_mask,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from messages import msg
+from checking import msg
 from selfattn import (
     gaussian_kernel_scores,
     gaussian_key_bias,

@@ -19,7 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from messages import raises
+from checking import checked_names, raises
 from selfattn.kv_cache import KVCache
 from selfattn.layers import (
     CausalSelfAttention,
@@ -870,3 +870,20 @@ def test_old_module_name_reexports_the_same_objects():
         assert getattr(selfattn.modules, name) is getattr(home, name), name
     assert selfattn.grouped.kv_cache_bytes is selfattn.kv_cache.kv_cache_bytes
     assert issubclass(selfattn.grouped.GroupedQueryAttention, MultiHeadAttention)
+
+
+def test_each_input_is_checked_once(monkeypatch):
+    """A layer checks query, key and value once each (a tensor passed twice once), in
+    forward; the attention function it calls does not check them again, only whether
+    its result overflowed ("query, key")."""
+    seen = checked_names(monkeypatch)
+    mha = MultiHeadAttention(8, 2, num_kv_heads=1)
+    x, memory = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    mha(x)
+    assert seen == ["query", "query, key"]
+    seen.clear()
+    mha(x, memory)
+    assert seen == ["query", "key", "query, key"]
+    seen.clear()
+    SelfAttention(8, 4)(x)
+    assert seen == ["x", "query, key"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from messages import msg
+from checking import msg
 from selfattn import (
     causal_mask,
     combine_masks,

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from messages import msg
+from checking import msg
 from selfattn import additive_scores, cosine_similarity, dot_similarity, scaled_dot_similarity
 
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-14), np.float32: dict(rtol=1e-5, atol=1e-6)}

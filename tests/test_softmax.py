@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from messages import msg
+from checking import msg
 from selfattn import log_softmax, softmax
 
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-15), np.float32: dict(rtol=1e-5, atol=1e-6)}
