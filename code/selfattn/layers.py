@@ -386,6 +386,13 @@ class MultiHeadAttentionConfig:
     ``head_dim`` left as ``None`` becomes ``d_model // num_heads`` (then
     ``num_heads`` must divide ``d_model``), ``num_kv_heads`` left as ``None``
     becomes ``num_heads``; after creation both are ints.
+
+    Raises:
+        ValueError: ``num_heads`` not dividing ``d_model`` without ``head_dim``
+            (the message names both), ``num_kv_heads`` not dividing
+            ``num_heads``, a size <= 0, dropout outside [0, 1), an unknown
+            ``positional``, RoPE with an odd ``head_dim``.
+        TypeError: a size that is not an int, a dropout that is not a number.
     """
 
     d_model: int  # embedding width of queries, keys, values and the output
@@ -442,29 +449,28 @@ class MultiHeadAttention(nn.Module):
 
     For each head ``j`` (columns ``j*head_dim:(j+1)*head_dim`` of the projections)::
 
-        Q_j, K_j, V_j = (X_q W_Q)_j, (X_k W_K)_g(j), (X_v W_V)_g(j)   (.., len, head_dim)
+        Q_j, K_j, V_j = (X_q W_Q)_j, (X_k W_K)_m, (X_v W_V)_m       (.., len, head_dim)
         C_j = softmax(Q_j K_jᵀ / sqrt(head_dim) + mask) V_j
-        output = concat(C_1, ..., C_h) W_O                            (batch, q_len, d_model)
+        output = concat(C_1, ..., C_h) W_O                          (batch, q_len, d_model)
 
-    ``W_Q`` has shape ``(d_model, inner_dim)``, ``W_O`` ``(inner_dim, d_model)``,
-    ``inner_dim = num_heads * head_dim``; ``head_dim`` defaults to ``d_model //
-    num_heads`` (so ``inner_dim = d_model``), a convention, not a requirement.
+    with key/value head ``m = j // (num_heads // num_kv_heads)``, ``m = j`` by
+    default (grouped-query attention, RoPE and ALiBi: see the module docstring).
+    ``W_Q`` has shape ``(d_model, inner_dim)``, ``W_O`` ``(inner_dim, d_model)``
+    and ``W_K``, ``W_V`` ``(d_model, num_kv_heads * head_dim)``, with ``inner_dim
+    = num_heads * head_dim``; ``head_dim`` defaults to ``d_model // num_heads``
+    (so ``inner_dim = d_model``), a convention, not a requirement.
 
-    ``W_K`` and ``W_V`` have ``num_kv_heads * head_dim`` columns; query head
-    ``j`` uses key/value head ``g(j) = j // (num_heads // num_kv_heads)``
-    (grouped-query attention, and RoPE/ALiBi: see the module docstring).
-
-    With the defaults of the last four arguments: the parameters and result of
-    ``torch.nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True)``
-    (:meth:`from_torch`), with masks in the book's convention (True = may attend).
+    With the default ``head_dim``, ``num_kv_heads`` and ``positional``: the
+    parameters and result of ``torch.nn.MultiheadAttention(d_model, num_heads,
+    bias=bias, batch_first=True)`` (:meth:`from_torch`), with masks in the
+    book's convention (True = may attend).
 
     Args:
         d_model: embedding width, a positive int.
         num_heads: h, a positive int; must divide ``d_model`` unless ``head_dim`` is given.
         dropout: probability in [0, 1) of dropping an attention weight in training.
         bias: biases in the four projections (default True).
-        causal: if True, every call applies a causal mask aligned to the
-            bottom-right corner, so new queries also see all cached keys.
+        causal: mask the future on every call (bottom-right aligned: sees the cache).
         use_fused: use ``F.scaled_dot_product_attention`` (weights are then ``None``).
         head_dim: d_k = d_v, width of each head; ``None``: ``d_model // num_heads``.
         num_kv_heads: key/value heads, dividing ``num_heads``; ``None``: ``num_heads``.
@@ -475,9 +481,8 @@ class MultiHeadAttention(nn.Module):
         w_q, w_k, w_v, w_o: the projections, ``nn.Linear``; ``W_Q = w_q.weight.T``.
 
     Raises:
-        ValueError: ``num_heads`` not dividing ``d_model`` without ``head_dim``,
-            ``num_kv_heads`` not dividing ``num_heads``, a size <= 0, dropout
-            outside [0, 1), an unknown ``positional``. TypeError: non-int sizes.
+        ValueError, TypeError: a setting out of range or of the wrong type; see
+            :class:`MultiHeadAttentionConfig` (the message names it and why).
     """
 
     def __init__(
@@ -526,16 +531,18 @@ class MultiHeadAttention(nn.Module):
             )
         return cls(**asdict(config))
 
-    # -- interoperability with torch.nn.MultiheadAttention: selfattn.torch_interop -----
+    # -- interoperability with torch.nn.MultiheadAttention ------------------------
     def copy_from_torch(self, module: nn.MultiheadAttention) -> MultiHeadAttention:
-        """Copy a ``torch.nn.MultiheadAttention``'s parameters into this layer; returns it."""
+        """Copy a ``torch.nn.MultiheadAttention``'s parameters into this layer; returns it
+        (:func:`~selfattn.torch_interop.copy_attention_from_torch`)."""
         return torch_interop.copy_attention_from_torch(self, module)
 
     @classmethod
     def from_torch(
         cls, module: nn.MultiheadAttention, *, causal: bool = False, use_fused: bool = False
     ) -> MultiHeadAttention:
-        """A new layer with ``module``'s settings and a copy of its parameters."""
+        """A new layer with ``module``'s settings and a copy of its parameters
+        (:func:`~selfattn.torch_interop.attention_from_torch`)."""
         return torch_interop.attention_from_torch(cls, module, causal=causal, use_fused=use_fused)
 
     # -- forward: check the inputs once, then attend ---------------------------------
@@ -563,8 +570,8 @@ class MultiHeadAttention(nn.Module):
                 num_heads, q_len, k_len)``; size-1 dims broadcast (key padding:
                 :func:`~selfattn.masks.key_padding_to_attention_mask`). ``k_len``
                 counts cached keys too. ANDed with the causal mask if ``causal``.
-            need_weights: return the attention weights (else ``None``; without
-                dropout the context then comes from PyTorch's fused kernel).
+            need_weights: return the weights (else ``None``, and without dropout the
+                fused kernel computes the context).
             average_weights: average the weights over heads
                 ``(batch, q_len, k_len)``; if False return them per head
                 ``(batch, num_heads, q_len, k_len)``.
@@ -573,9 +580,9 @@ class MultiHeadAttention(nn.Module):
                 to every cached position, new tokens sit at ``cached_len ..``.
 
         Returns:
-            ``(output, weights)``: output ``(batch, q_len, d_model)``; weights as
-            above, after dropout in training, ``None`` if ``need_weights`` is
-            False or ``use_fused`` is True. Unbatched input drops the batch dim.
+            ``(output (batch, q_len, d_model), weights)``, the weights after dropout
+            in training, ``None`` if ``need_weights`` is False or with ``use_fused``.
+            Unbatched input drops the batch dim.
 
         Raises:
             TypeError: a wrong type or dtype.
