@@ -78,20 +78,14 @@ class LMConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "num_heads", "num_layers"):
             check_positive_int(name, getattr(self, name))
-        if self.d_ff is not None:
-            check_positive_int("d_ff", self.d_ff)
-        if self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"num_heads: num_heads={self.num_heads} does not divide d_model={self.d_model}"
-            )
-        check_dropout(self.dropout)
+        check_dropout(self.dropout)  # block_config() passes float(dropout): check the type here
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional: expected one of {_POSITIONAL}, got {self.positional!r}")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(
                 f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
             )
-        self.block_config()  # validates num_kv_heads against num_heads
+        self.block_config()  # BlockConfig checks d_ff, num_heads | d_model and num_kv_heads
 
     @property
     def ff_dim(self) -> int:
