@@ -45,9 +45,13 @@ class GroupedQueryAttention(MultiHeadAttention):
         d_model: width of the tokens.
         num_heads: h, query heads (divides ``d_model``).
         num_kv_heads: key/value heads (divides ``num_heads``); h gives MHA, 1 gives MQA.
-        dropout, bias, causal, positional, rope_base: as for
-            :class:`~selfattn.layers.MultiHeadAttention`; ``kwargs`` (``use_fused``,
-            ``head_dim``) too.
+        dropout: drop probability of the attention weights in training.
+        bias: biases in the four projections.
+        causal: mask the future (self-attention of a decoder).
+        positional: None, ``"rope"`` or ``"alibi"`` (position inside attention).
+        rope_base: RoPE's wavelength base.
+        kwargs: further settings of :class:`~selfattn.layers.MultiHeadAttention`
+            (``use_fused``, ``head_dim``).
     """
 
     def __init__(
