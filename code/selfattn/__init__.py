@@ -1,7 +1,7 @@
 """selfattn: self-attention, verified."""
 
 # --- book helpers: worked-example inputs, tables and figures (submodules) ---
-from selfattn import examples, plotting
+from selfattn import examples, language_model, plotting
 
 # --- similarity, softmax, attention, masks (core numerics) ---
 from selfattn.attention import (
@@ -60,6 +60,12 @@ from selfattn.similarity import (
 from selfattn.softmax import log_softmax, softmax
 from selfattn.tiled import attention_full, online_softmax, peak_memory, tiled_attention
 from selfattn.training import learning_rate_schedule, train_language_model
+
+# The training loop lived in language_model before it had a module of its own: old imports
+# (`from selfattn.language_model import train_language_model`, in chapters and readers' code)
+# still find it there. Bound here because selfattn.training imports selfattn.language_model.
+language_model.train_language_model = train_language_model
+language_model.learning_rate_schedule = learning_rate_schedule
 
 __all__ = [
     # attention

@@ -17,7 +17,9 @@ about its ability to predict (it has nothing to copy from when generating).
 
 :func:`evaluate_perplexity` scores a token array in non-overlapping chunks or
 with a sliding window; :func:`selfattn.training.train_language_model` trains
-the model (it is importable from here too, as before).
+the model. It and :func:`~selfattn.training.learning_rate_schedule` lived here
+before and are still importable from here: ``selfattn/__init__.py`` binds them
+to this module, since ``selfattn.training`` imports this one.
 
 Shape legend: ``batch`` sequences, ``L`` (seq_len) positions, ``d_model``
 width, ``V`` (vocab_size) tokens. Token ids are integer tensors.
@@ -380,14 +382,3 @@ def evaluate_perplexity(
         model.train(was_training)
     return math.exp(total / count)
 
-
-def __getattr__(name: str) -> Any:
-    """The training loop moved to :mod:`selfattn.training`; importing it from here still works.
-
-    (Read on first use, not imported at the top: ``selfattn.training`` imports this module.)
-    """
-    if name in ("train_language_model", "learning_rate_schedule"):
-        from selfattn import training
-
-        return getattr(training, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,14 +1,16 @@
 """PyTorch's own layers and the book's: copy the parameters across.
 
-* ``torch.nn.MultiheadAttention`` -> :class:`~selfattn.layers.MultiHeadAttention`
+* ``torch.nn.MultiheadAttention`` -> :class:`~nn.Module`
   (:func:`copy_attention_from_torch`, :func:`attention_from_torch`);
 * ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer`` ->
-  :class:`~selfattn.block.TransformerBlock` (:func:`copy_block_from_torch`,
+  :class:`~nn.Module` (:func:`copy_block_from_torch`,
   :func:`block_settings_from_torch`).
 
 The tests check that each pair then gives the same outputs. The layers expose
 these as methods too: ``MultiHeadAttention.from_torch(module)``,
 ``layer.copy_from_torch(module)``, ``TransformerBlock.from_torch(layer)``.
+This module imports neither layer (they import it): the book's layers are
+annotated ``nn.Module`` here and named in each docstring.
 
 **The weight layout.** ``torch.nn.MultiheadAttention`` packs the three input
 projections into ``in_proj_weight`` of shape ``(3 * d_model, d_model)``: rows
@@ -26,15 +28,11 @@ Bad input raises ``TypeError`` (not the expected torch module) or
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-if TYPE_CHECKING:  # the layers import this module: their names only annotate here
-    import selfattn.block
-    import selfattn.layers
 
 __all__ = [
     "attention_from_torch",
@@ -61,15 +59,15 @@ def _check_transformer_layer(layer: Any) -> None:
 # ---------------------------------------------------------------- multi-head attention
 @torch.no_grad()
 def copy_attention_from_torch(
-    layer: selfattn.layers.MultiHeadAttention, module: nn.MultiheadAttention
-) -> selfattn.layers.MultiHeadAttention:
+    layer: nn.Module, module: nn.MultiheadAttention
+) -> nn.Module:
     """Copy the parameters of a ``torch.nn.MultiheadAttention`` into ``layer``.
 
     Use the torch module with ``batch_first=True`` to compare outputs; the
     parameters do not depend on that flag.
 
     Args:
-        layer: a :class:`~selfattn.layers.MultiHeadAttention` with the default
+        layer: a :class:`~nn.Module` with the default
             ``head_dim = d_model // num_heads`` (torch has no other), as many
             key/value heads as heads and no ``positional`` option.
         module: ``nn.MultiheadAttention`` with ``embed_dim == d_model``, the
@@ -126,16 +124,16 @@ def copy_attention_from_torch(
 
 
 def attention_from_torch(
-    cls: type[selfattn.layers.MultiHeadAttention], module: nn.MultiheadAttention, *,
+    cls: type[nn.Module], module: nn.MultiheadAttention, *,
     causal: bool = False, use_fused: bool = False,
-) -> selfattn.layers.MultiHeadAttention:
+) -> nn.Module:
     """A new ``cls`` layer holding a copy of ``module``'s parameters (dtype and device too).
 
     ``dropout`` and ``bias`` are taken from ``module``; ``causal`` must be given
     here because torch passes causality per call (``attn_mask``/``is_causal``).
 
     Args:
-        cls: :class:`~selfattn.layers.MultiHeadAttention` or a subclass.
+        cls: :class:`~nn.Module` or a subclass.
         module: see :func:`copy_attention_from_torch`.
         causal, use_fused: settings of the new layer.
     """
@@ -191,13 +189,13 @@ def block_settings_from_torch(
 
 
 def copy_block_from_torch(
-    block: selfattn.block.TransformerBlock,
+    block: nn.Module,
     layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
-) -> selfattn.block.TransformerBlock:
+) -> nn.Module:
     """Copy the parameters of a PyTorch encoder or decoder layer into ``block``.
 
     Args:
-        block: a :class:`~selfattn.block.TransformerBlock` with plain multi-head
+        block: a :class:`~nn.Module` with plain multi-head
             self-attention (no ``num_kv_heads``, no ``positional``).
         layer: ``nn.TransformerEncoderLayer`` (for a block without
             cross-attention) or ``nn.TransformerDecoderLayer`` (with it), of
