@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 import selfattn
 from selfattn import MultiHeadAttention, scaled_dot_product_attention
-from selfattn.attention import _check_operand, _check_qk
+from selfattn._checks import check_operand, check_qk
 
 try:
     from selfattn.attention import _check_overflow
@@ -69,8 +69,8 @@ def checks_only(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: torch.Tensor, scores: torch.Tensor
 ) -> None:
     """The validation ``scaled_dot_product_attention`` does, without the attention."""
-    _check_qk(q, k)
-    _check_operand("value", v, "(..., k_len, head_dim_v)")
+    check_qk(q, k)
+    check_operand("value", v, "(..., k_len, head_dim_v)")
     if "_check_overflow" in globals():
         _check_overflow(ctx, tuple(scores.shape), "query, key")
     else:

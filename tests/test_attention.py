@@ -13,10 +13,7 @@ Tolerances (written down once):
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import math
-import re
 
 import numpy as np
 import pytest
@@ -25,6 +22,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from checking import msg
 from selfattn import (
     attention_scores,
     causal_mask,
@@ -40,17 +38,6 @@ TOL = {
     torch.float32: dict(rtol=1e-5, atol=2e-6),
 }
 EXACT = dict(rtol=1e-12, atol=1e-13)
-
-
-def test_docstring_examples_are_correct():
-    module = importlib.import_module("selfattn.attention")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
-
-
-def msg(*parts: str) -> str:
-    """Regex matching the fragments in order (each escaped)."""
-    return ".*".join(re.escape(p) for p in parts)
 
 
 def reference_weights(q, k, mask, scale):

@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch import nn
 
+from checking import checked_names
 from selfattn.block import BlockConfig, TransformerBlock
+from selfattn.kv_cache import KVCache
 from selfattn.language_model import LMConfig, TinyLM
 from selfattn.masks import key_padding_to_attention_mask, padding_mask
-from selfattn.modules import KVCache
 
 D, H, FF = 16, 4, 24
 
@@ -185,3 +186,22 @@ def test_config_and_input_errors() -> None:
             _decoder(True, "gelu", torch.float32))
     with pytest.raises(TypeError, match="layer"):
         TransformerBlock.from_torch(nn.Linear(2, 2))
+
+
+def test_each_input_is_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block checks x and memory where they come in; its attention layers and the
+    attention function do not check them (or what is computed from them) again, and a
+    TinyLM checks its token ids only. What remains is one check of each attention's
+    result ("query, key": a score that overflowed), which depends on the numbers."""
+    seen = checked_names(monkeypatch)
+    torch.manual_seed(0)
+    block = TransformerBlock(BlockConfig(d_model=8, num_heads=2, causal=True,
+                                         cross_attention=True))
+    pad = key_padding_to_attention_mask(padding_mask([4, 3], 4))
+    block(torch.randn(2, 3, 8), torch.randn(2, 4, 8), memory_mask=pad, kv_cache=KVCache())
+    assert seen == ["x", "memory", "query, key", "query, key"]  # self-, cross-attention
+    seen.clear()
+    model = TinyLM(LMConfig(vocab_size=5, seq_len=4, d_model=8, num_heads=2, num_kv_heads=1,
+                            positional="alibi"))
+    model(torch.zeros(1, 4, dtype=torch.long))
+    assert seen == ["query, key"] * model.config.num_layers

@@ -1,13 +1,20 @@
-"""GroupedQueryAttention: equal to MHA with as many kv heads as heads; cache bytes; RoPE/ALiBi."""
+"""Grouped-query attention: head mapping against PyTorch, conversion, cache bytes, RoPE/ALiBi.
+
+With 1 or h key/value heads every mapping of query heads to key/value heads is
+the same one; the tests that pin the mapping use 4 query heads over 2 key/value
+heads, where sharing heads (0, 1) and (2, 3) differs from sharing (0, 2) and (1, 3).
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from selfattn.grouped import GroupedQueryAttention, kv_cache_bytes
+from selfattn.grouped import GroupedQueryAttention
+from selfattn.kv_cache import KVCache, kv_cache_bytes
+from selfattn.layers import MultiHeadAttention, merge_heads, split_heads
 from selfattn.masks import key_padding_to_attention_mask, padding_mask
-from selfattn.modules import KVCache, MultiHeadAttention
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -20,6 +27,43 @@ def test_equals_mha_when_groups_equal_heads(causal: bool) -> None:
     out, w = mha(x, mask=pad, average_weights=False)
     out2, w2 = gqa(x, mask=pad, need_weights=True, average_weights=False)
     assert torch.allclose(out, out2, atol=1e-12) and torch.allclose(w, w2, atol=1e-12)
+
+
+@pytest.mark.parametrize("use_fused", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_four_query_heads_over_two_kv_heads_match_torch_enable_gqa(causal: bool,
+                                                                    use_fused: bool) -> None:
+    """Query heads 0, 1 read key/value head 0 and heads 2, 3 read head 1, as PyTorch pairs them."""
+    torch.manual_seed(4)
+    layer = MultiHeadAttention(16, 4, causal=causal, num_kv_heads=2, use_fused=use_fused).double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    pad = key_padding_to_attention_mask(padding_mask([6, 4], 6, like=x))  # (2, 1, 1, 6)
+    out, _ = layer(x, mask=pad)
+    with torch.no_grad():
+        q = split_heads(layer.w_q(x), 4)  # (2, 4, 6, 4)
+        k = split_heads(layer.w_k(x), 2)  # (2, 2, 6, 4): two key/value heads
+        v = split_heads(layer.w_v(x), 2)
+        mask = pad & torch.ones(6, 6, dtype=torch.bool).tril() if causal else pad
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        reference = layer.w_o(merge_heads(context))  # (2, 6, 16)
+    torch.testing.assert_close(out, reference, rtol=0, atol=1e-12)
+
+
+def test_from_multi_head_averages_consecutive_heads() -> None:
+    """Key/value heads 0 = 1 and 2 = 3: averaging consecutive heads changes nothing."""
+    torch.manual_seed(5)
+    mha = MultiHeadAttention(16, 4, causal=True).double()
+    with torch.no_grad():
+        for lin in (mha.w_k, mha.w_v):  # rows [4h, 4h + 4) are head h
+            lin.weight[4:8] = lin.weight[0:4]
+            lin.weight[12:16] = lin.weight[8:12]
+            lin.bias[4:8] = lin.bias[0:4]
+            lin.bias[12:16] = lin.bias[8:12]
+    gqa = GroupedQueryAttention.from_multi_head(mha, num_kv_heads=2)
+    assert gqa.w_k.weight.shape == (8, 16)  # two heads of head_dim 4
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(gqa(x)[0], mha(x)[0], rtol=0, atol=1e-12)
 
 
 def test_grouping_shares_keys_and_mean_pools() -> None:
@@ -94,7 +138,8 @@ def test_tinylm_with_relative_positions_and_gqa(positional: str) -> None:
                    positional=positional, num_kv_heads=2)
     torch.manual_seed(0)
     model = TinyLM(cfg).eval()
-    assert isinstance(model.blocks[0].attn, GroupedQueryAttention)
+    attn = model.blocks[0].attn  # the one attention layer, with 2 key/value heads
+    assert type(attn) is MultiHeadAttention and attn.num_kv_heads == 2
     idx = torch.randint(0, 7, (2, 8))
     with torch.no_grad():
         full = model(idx)

@@ -8,15 +8,13 @@ an additive mask, and with scale 1/ρ² plus the key bias); limits ρ -> 0 and
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import math
-import re
 
 import numpy as np
 import pytest
 import torch
 
+from checking import msg
 from selfattn import (
     gaussian_kernel_scores,
     gaussian_key_bias,
@@ -25,17 +23,6 @@ from selfattn import (
 )
 
 TOL = dict(rtol=1e-12, atol=1e-12)
-
-
-def msg(*parts: str) -> str:
-    """Regex matching the fragments in order (each escaped)."""
-    return ".*".join(re.escape(p) for p in parts)
-
-
-def test_docstring_examples_are_correct() -> None:
-    module = importlib.import_module("selfattn.kernel_regression")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def _loop_nw(q: np.ndarray, k: np.ndarray, v: np.ndarray, rho: float) -> np.ndarray:

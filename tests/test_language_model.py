@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from selfattn.data import MarkovSource
-from selfattn.language_model import LMConfig, TinyLM, evaluate_perplexity, train_language_model
+from selfattn.language_model import LMConfig, TinyLM, evaluate_perplexity
 from selfattn.perplexity import perplexity
+from selfattn.training import train_language_model
 
 
 @pytest.fixture(autouse=True)

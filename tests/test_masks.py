@@ -5,15 +5,12 @@ Tolerances for the nn.MultiheadAttention comparisons (float64): ``rtol=1e-10, at
 
 from __future__ import annotations
 
-import doctest
-import importlib
-import re
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from checking import msg
 from selfattn import (
     causal_mask,
     combine_masks,
@@ -23,19 +20,9 @@ from selfattn import (
     to_additive_mask,
     to_blocked_mask,
 )
+from selfattn.masks import fully_masked_rows
 
 TOL64 = dict(rtol=1e-10, atol=1e-12)
-
-
-def test_docstring_examples_are_correct():
-    module = importlib.import_module("selfattn.masks")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
-
-
-def msg(*parts: str) -> str:
-    """Regex matching the fragments in order (each escaped)."""
-    return ".*".join(re.escape(p) for p in parts)
 
 
 # ------------------------------------------------------------------ causal_mask
@@ -203,6 +190,21 @@ def _mha_manual(mha, x, mask):
     ctx, w = scaled_dot_product_attention(q, k, v, mask)  # (b, h, t, e/h), (b, h, t, t)
     ctx = ctx.transpose(1, 2).reshape(b, t, e)  # (b, t, e)
     return mha.out_proj(ctx), w.mean(dim=1)  # (b, t, e), (b, t, t)
+
+
+def test_fully_masked_rows_bool_and_additive_both_backends():
+    # row 0 may attend to key 1 only, row 1 to nothing, row 2 to everything
+    keep = np.array([[False, True, False], [False, False, False], [True, True, True]])
+    expected = np.array([[False], [True], [False]])
+    for mask in (keep, to_additive_mask(keep, np.float64)):
+        rows = fully_masked_rows(mask)
+        assert isinstance(rows, np.ndarray) and rows.shape == (3, 1)
+        np.testing.assert_array_equal(rows, expected)
+        as_torch = fully_masked_rows(torch.from_numpy(mask)[None])  # (1, 3, 1)
+        assert as_torch.dtype == torch.bool
+        np.testing.assert_array_equal(as_torch[0].numpy(), expected)
+    # a finite bias is not a block: only -inf everywhere makes a row fully masked
+    assert not fully_masked_rows(np.array([[-1e30, -np.inf]])).any()
 
 
 def test_conversions_match_nn_multihead_attention_conventions():

@@ -5,10 +5,7 @@ Tolerances: float64 ``rtol=1e-12, atol=1e-14``; float32 ``rtol=1e-5, atol=1e-6``
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import math
-import re
 
 import numpy as np
 import pytest
@@ -18,20 +15,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from checking import msg
 from selfattn import additive_scores, cosine_similarity, dot_similarity, scaled_dot_similarity
 
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-14), np.float32: dict(rtol=1e-5, atol=1e-6)}
-
-
-def test_docstring_examples_are_correct():
-    module = importlib.import_module("selfattn.similarity")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
-
-
-def msg(*parts: str) -> str:
-    """Regex matching the fragments in order (each escaped)."""
-    return ".*".join(re.escape(p) for p in parts)
 
 
 # ------------------------------------------------------------------ hand values

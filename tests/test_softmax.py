@@ -7,10 +7,7 @@ values near 0 lose a few float32 ulps to cancellation).
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import math
-import re
 
 import numpy as np
 import pytest
@@ -19,21 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from checking import msg
 from selfattn import log_softmax, softmax
 
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-15), np.float32: dict(rtol=1e-5, atol=1e-6)}
-
-
-def test_docstring_examples_are_correct():
-    # import_module: the attribute selfattn.softmax is the function, not the module
-    module = importlib.import_module("selfattn.softmax")
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
-
-
-def msg(*parts: str) -> str:
-    """Regex matching the fragments in order (each escaped)."""
-    return ".*".join(re.escape(p) for p in parts)
 
 
 # ------------------------------------------------------------------ hand values

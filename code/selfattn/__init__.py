@@ -1,7 +1,7 @@
 """selfattn: self-attention, verified."""
 
 # --- book helpers: worked-example inputs, tables and figures (submodules) ---
-from selfattn import examples, plotting
+from selfattn import examples, language_model, plotting
 
 # --- similarity, softmax, attention, masks (core numerics) ---
 from selfattn.attention import (
@@ -11,18 +11,21 @@ from selfattn.attention import (
 )
 from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
-from selfattn.grouped import GroupedQueryAttention, kv_cache_bytes
+from selfattn.grouped import GroupedQueryAttention
 from selfattn.kernel_regression import (
     gaussian_kernel_scores,
     gaussian_key_bias,
     nadaraya_watson,
 )
-from selfattn.language_model import (
-    LMConfig,
-    TinyLM,
-    evaluate_perplexity,
-    learning_rate_schedule,
-    train_language_model,
+from selfattn.kv_cache import KVCache, kv_cache_bytes
+from selfattn.language_model import LMConfig, TinyLM, evaluate_perplexity
+from selfattn.layers import (
+    CausalSelfAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionConfig,
+    SelfAttention,
+    merge_heads,
+    split_heads,
 )
 from selfattn.masks import (
     causal_mask,
@@ -31,15 +34,6 @@ from selfattn.masks import (
     padding_mask,
     to_additive_mask,
     to_blocked_mask,
-)
-from selfattn.modules import (
-    CausalSelfAttention,
-    KVCache,
-    MultiHeadAttention,
-    MultiHeadAttentionConfig,
-    SelfAttention,
-    merge_heads,
-    split_heads,
 )
 from selfattn.perplexity import (
     bits_per_token,
@@ -65,6 +59,13 @@ from selfattn.similarity import (
 )
 from selfattn.softmax import log_softmax, softmax
 from selfattn.tiled import attention_full, online_softmax, peak_memory, tiled_attention
+from selfattn.training import learning_rate_schedule, train_language_model
+
+# The training loop lived in language_model before it had a module of its own: old imports
+# (`from selfattn.language_model import train_language_model`, in chapters and readers' code)
+# still find it there. Bound here because selfattn.training imports selfattn.language_model.
+language_model.train_language_model = train_language_model
+language_model.learning_rate_schedule = learning_rate_schedule
 
 __all__ = [
     # attention
@@ -81,19 +82,26 @@ __all__ = [
     "fit_bigram",
     # examples (submodule: the worked-example inputs)
     "examples",
-    # grouped (grouped-query and multi-query attention)
+    # grouped (MultiHeadAttention under its grouped-query name)
     "GroupedQueryAttention",
-    "kv_cache_bytes",
     # kernel_regression (Nadaraya–Watson: attention as kernel regression)
     "gaussian_kernel_scores",
     "gaussian_key_bias",
     "nadaraya_watson",
+    # kv_cache (keys and values kept for generation)
+    "KVCache",
+    "kv_cache_bytes",
     # language_model (tiny decoder-only transformer)
     "LMConfig",
     "TinyLM",
     "evaluate_perplexity",
-    "learning_rate_schedule",
-    "train_language_model",
+    # layers (torch attention layers; the old name selfattn.modules re-exports them)
+    "CausalSelfAttention",
+    "MultiHeadAttention",
+    "MultiHeadAttentionConfig",
+    "SelfAttention",
+    "merge_heads",
+    "split_heads",
     # masks
     "causal_mask",
     "combine_masks",
@@ -101,14 +109,6 @@ __all__ = [
     "padding_mask",
     "to_additive_mask",
     "to_blocked_mask",
-    # modules (torch layers)
-    "CausalSelfAttention",
-    "KVCache",
-    "MultiHeadAttention",
-    "MultiHeadAttentionConfig",
-    "SelfAttention",
-    "merge_heads",
-    "split_heads",
     # perplexity
     "bits_per_token",
     "negative_log_likelihood",
@@ -138,4 +138,7 @@ __all__ = [
     "online_softmax",
     "peak_memory",
     "tiled_attention",
+    # training (the training loop of TinyLM)
+    "learning_rate_schedule",
+    "train_language_model",
 ]

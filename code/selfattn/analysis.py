@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from selfattn._checks import check_token_ids
 from selfattn.language_model import LMConfig, TinyLM
 
 __all__ = ["attention_maps", "head_patterns", "with_context"]
@@ -46,16 +47,17 @@ def attention_maps(model: TinyLM, idx: Tensor) -> np.ndarray:
     """
     if not isinstance(model, TinyLM):
         raise TypeError(f"model: expected a TinyLM, got {type(model).__name__}")
-    model._check_idx(idx, max_len=model.config.seq_len)
+    check_token_ids(idx, model.config.vocab_size, seq_len=model.config.seq_len)
     was_training = model.training
     model.eval()
     try:
         x = model.pos(model.tok_emb(idx))  # (batch, L, d_model)
         maps = []
-        for block in model.blocks:
-            _, w = block.attn(block.ln1(x), need_weights=True, average_weights=False)
+        for block in model.blocks:  # idx was checked above: the unchecked paths from here
+            h = block.ln1(x)  # (batch, L, d_model), what the self-attention reads
+            _, w = block.attn.attend(h, h, h, need_weights=True, average_weights=False)
             maps.append(w.double().numpy())  # (batch, num_heads, L, L)
-            x = block(x)  # (batch, L, d_model)
+            x = block.update(x)  # (batch, L, d_model)
     finally:
         model.train(was_training)
     return np.stack(maps)  # (num_layers, batch, num_heads, L, L)

@@ -56,16 +56,18 @@ from typing import Any
 import numpy as np
 
 from selfattn._checks import (
-    check_array,
-    check_dim,
+    as_mask,
     check_finite,
-    check_min_ndim,
-    check_nonempty,
+    check_mask_shape,
+    check_operand,
+    check_qk,
+    check_qkv,
     is_tensor,
     shape_of,
 )
 from selfattn.array_types import Array
-from selfattn.softmax import _check_float, softmax
+from selfattn.masks import fully_masked_rows
+from selfattn.softmax import softmax
 
 try:
     import torch
@@ -75,48 +77,8 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["attention_scores", "scaled_dot_product_attention", "simple_self_attention"]
 
-_Q_LEGEND = "(..., q_len, head_dim)"
-_K_LEGEND = "(..., k_len, head_dim)"
-_V_LEGEND = "(..., k_len, head_dim_v)"
 
-
-# ---------------------------------------------------------------- validation
-def _check_same_backend(name: str, x: Any, ref_name: str, ref: Any) -> None:
-    """``TypeError`` unless ``x`` and ``ref`` are both NumPy or both torch, with one dtype."""
-    if is_tensor(x) != is_tensor(ref):
-        want = "torch.Tensor" if is_tensor(ref) else "numpy.ndarray"
-        raise TypeError(
-            f"{name}: expected a {want} like {ref_name} (mixing NumPy and torch is not "
-            f"supported), got {type(x).__name__} with shape {shape_of(x)}"
-        )
-    if x.dtype != ref.dtype:
-        raise TypeError(
-            f"{name}: expected dtype {ref.dtype} (dtype of {ref_name}), got {x.dtype} "
-            f"with shape {shape_of(x)}"
-        )
-
-
-def _check_operand(name: str, x: Any, legend: str) -> None:
-    """Float array/tensor with >= 2 dims, non-empty and finite."""
-    _check_float(name, x)
-    check_min_ndim(name, x, 2, legend)
-    check_nonempty(name, x)
-    check_finite(name, x)
-
-
-def _broadcast_leading(names: list[str], arrays: list[Any]) -> tuple[int, ...]:
-    """Broadcast the leading (batch/head) dims of ``arrays``; ``ValueError`` if impossible."""
-    leads = [shape_of(a)[:-2] for a in arrays]
-    try:
-        return tuple(np.broadcast_shapes(*leads))
-    except ValueError:
-        shapes = ", ".join(f"{n} {shape_of(a)}" for n, a in zip(names, arrays, strict=True))
-        raise ValueError(
-            f"{names[-1]}: leading (batch/head) dims {leads[-1]} do not broadcast with "
-            f"{leads[:-1]}; got shapes {shapes}, expected {_Q_LEGEND}, {_K_LEGEND}, {_V_LEGEND}"
-        ) from None
-
-
+# ---------------------------------------------------------------- helpers
 def _resolve_scale(scale: Any, head_dim: int) -> float:
     """``1/sqrt(head_dim)`` if ``scale`` is None, else ``scale`` as a float (> 0, finite)."""
     if scale is None:
@@ -130,77 +92,10 @@ def _resolve_scale(scale: Any, head_dim: int) -> float:
     return value
 
 
-def _check_qk(query: Any, key: Any) -> None:
-    """Validate ``query`` (..., q_len, head_dim) and ``key`` (..., k_len, head_dim)."""
-    _check_operand("query", query, _Q_LEGEND)
-    check_array("key", key)
-    _check_same_backend("key", key, "query", query)
-    _check_operand("key", key, _K_LEGEND)
-    check_dim("key", key, -1, shape_of(query)[-1],
-              f"head_dim of query, whose shape is {shape_of(query)}")
-    _broadcast_leading(["query", "key"], [query, key])
-
-
-def _check_qkv(query: Any, key: Any, value: Any, value_legend: str = _V_LEGEND) -> None:
-    """Validate ``query`` and ``key`` (see :func:`_check_qk`) and ``value``
-    (..., k_len, head_dim_v): same backend and dtype, as many rows as ``key``."""
-    _check_qk(query, key)
-    check_array("value", value)
-    _check_same_backend("value", value, "query", query)
-    _check_operand("value", value, value_legend)
-    check_dim("value", value, -2, shape_of(key)[-2],
-              f"k_len of key, whose shape is {shape_of(key)}")
-    _broadcast_leading(["query", "key", "value"], [query, key, value])
-
-
-def _prepare_mask(mask: Any, query: Any, scores_shape: tuple[int, ...]) -> Any:
-    """Validate ``mask`` and return it in the backend / dtype / device of ``query``.
-
-    Returns a bool mask (True = may attend) or an additive float mask.
-    """
-    check_array("mask", mask)
-    if is_tensor(mask):
-        if not is_tensor(query):
-            raise TypeError(
-                f"mask: expected a numpy.ndarray like query (mixing NumPy and torch is not "
-                f"supported), got Tensor with shape {shape_of(mask)}"
-            )
-        is_bool = mask.dtype == torch.bool
-        is_float = mask.is_floating_point()
-    else:
-        is_bool = mask.dtype == np.bool_
-        is_float = bool(np.issubdtype(mask.dtype, np.floating))
-        if is_tensor(query) and not is_bool:
-            raise TypeError(
-                f"mask: a NumPy mask with torch inputs must be bool, got dtype {mask.dtype} "
-                f"with shape {shape_of(mask)}; pass a torch tensor for an additive mask"
-            )
-    if not (is_bool or is_float):
-        raise TypeError(
-            f"mask: expected a bool mask (True = may attend) or a floating additive mask, "
-            f"got dtype {mask.dtype} with shape {shape_of(mask)}"
-        )
-    try:
-        fits = tuple(np.broadcast_shapes(shape_of(mask), scores_shape)) == scores_shape
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"mask: expected a shape broadcastable to the scores (..., q_len, k_len) = "
-            f"{scores_shape}, got shape {shape_of(mask)}"
-        )
-    if is_float and (mask.numel() if is_tensor(mask) else mask.size):
-        top = float((mask.detach() if is_tensor(mask) else mask).max())  # NaN propagates
-        if math.isnan(top) or top == math.inf:
-            raise ValueError(
-                f"mask: an additive mask may hold finite values and -inf only, found NaN or "
-                f"+inf (shape {shape_of(mask)})"
-            )
-    if is_tensor(query):
-        if not is_tensor(mask):
-            mask = torch.from_numpy(mask)
-        return mask.to(device=query.device, dtype=torch.bool if is_bool else query.dtype)
-    return mask if is_bool else mask.astype(query.dtype, copy=False)
+def _scores_shape(query: Any, key: Any) -> tuple[int, ...]:
+    """``(..., q_len, k_len)``: the leading dims of ``query`` and ``key`` broadcast."""
+    lead = tuple(np.broadcast_shapes(shape_of(query)[:-2], shape_of(key)[:-2]))
+    return lead + (shape_of(query)[-2], shape_of(key)[-2])
 
 
 def _swap_last(x: Any) -> Any:
@@ -264,7 +159,7 @@ def simple_self_attention(x: Array) -> tuple[Array, Array]:
         ValueError: ``x`` has fewer than 2 dims, is empty, holds NaN/inf, or the
             scores overflow.
     """
-    _check_operand("x", x, "(..., seq_len, d_model)")
+    check_operand("x", x, "(..., seq_len, d_model)")
     scores = _scores(x, x, 1.0, "x")  # unscaled X Xᵀ: (..., seq_len, seq_len)
     weights = softmax(scores, axis=-1)  # (..., seq_len, seq_len)
     context = weights @ x  # (..., seq_len, d_model)
@@ -288,7 +183,7 @@ def attention_scores(query: Array, key: Array, *, scale: float | None = None) ->
         ValueError: a bad shape (see the module docstring).
         TypeError: a wrong type or dtype.
     """
-    _check_qk(query, key)
+    check_qk(query, key)
     factor = _resolve_scale(scale, shape_of(query)[-1])
     return _scores(query, key, factor)
 
@@ -349,12 +244,12 @@ def scaled_dot_product_attention(
                [0.25, 0.75]])
     """
     # 1. validate the inputs (see the module docstring)
-    _check_qkv(query, key, value)
+    check_qkv(query, key, value)
     factor = _resolve_scale(scale, shape_of(query)[-1])
-    lead = tuple(np.broadcast_shapes(shape_of(query)[:-2], shape_of(key)[:-2]))
-    scores_shape = lead + (shape_of(query)[-2], shape_of(key)[-2])  # (..., q_len, k_len)
+    scores_shape = _scores_shape(query, key)  # (..., q_len, k_len)
     if mask is not None:
-        mask = _prepare_mask(mask, query, scores_shape)
+        mask = as_mask(mask, query)  # backend, device and dtype of query
+        check_mask_shape(mask, scores_shape, "the scores (..., q_len, k_len)")
     if is_tensor(query):
         return _torch_attention(query, key, value, mask, factor, scores_shape, need_weights)
 
@@ -376,11 +271,27 @@ def scaled_dot_product_attention(
     return context, (weights if need_weights else None)
 
 
-def _blocked_rows(mask: Any) -> Any:
-    """``(..., q_len, 1)`` bool, True where a query row may attend to no key (torch mask)."""
-    if mask.dtype == torch.bool:
-        return ~mask.any(dim=-1, keepdim=True)
-    return mask.amax(dim=-1, keepdim=True) == float("-inf")  # one reduction
+def scaled_dot_product_attention_unchecked(
+    query: Any, key: Any, value: Any, mask: Any = None, *, need_weights: bool = True
+) -> tuple[Any, Any]:
+    """:func:`scaled_dot_product_attention` of torch tensors a caller has already checked.
+
+    The layers check their inputs once, where they come in, and then call this:
+    the same computation with the default scale ``1/sqrt(head_dim)``, without
+    checking the inputs again. Only an overflow of the scores is still reported
+    (``ValueError``): it depends on the numbers, not on the input's form.
+
+    Args:
+        query, key, value: float tensors as for :func:`scaled_dot_product_attention`,
+            one dtype and device, finite.
+        mask: None, or a bool (True = may attend) or additive tensor on the
+            device of ``query`` (additive: in its dtype), broadcastable to
+            ``(..., q_len, k_len)``.
+        need_weights: as for :func:`scaled_dot_product_attention`.
+    """
+    factor = 1.0 / math.sqrt(shape_of(query)[-1])
+    return _torch_attention(query, key, value, mask, factor, _scores_shape(query, key),
+                            need_weights)
 
 
 def _torch_attention(
@@ -388,7 +299,7 @@ def _torch_attention(
     scores_shape: tuple[int, ...], need_weights: bool,
 ) -> tuple[Any, Any]:
     """Steps 2-5 for validated torch tensors (see :func:`scaled_dot_product_attention`)."""
-    blocked = None if mask is None else _blocked_rows(mask)  # (..., q_len, 1)
+    blocked = None if mask is None else fully_masked_rows(mask)  # (..., q_len, 1)
     if blocked is not None and not bool(blocked.any()):
         blocked = None
     if not need_weights:

@@ -38,25 +38,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from selfattn._checks import check_positive_int
-from selfattn.grouped import GroupedQueryAttention
-from selfattn.modules import KVCache, MultiHeadAttention, _check_dropout, _check_input
+from selfattn import torch_interop
+from selfattn._checks import (
+    as_batched,
+    as_head_mask,
+    check_dropout,
+    check_layer_input,
+    check_positive_int,
+    shape_of,
+)
+from selfattn.kv_cache import KVCache, check_kv_cache
+from selfattn.layers import MultiHeadAttention
 
 __all__ = ["BlockConfig", "TransformerBlock"]
 
 _ACTIVATIONS = ("gelu", "relu")
-
-
-def _activation_name(act: Any) -> str | None:
-    """``"relu"``/``"gelu"`` for PyTorch's activation function or module, else None."""
-    if act is F.relu or isinstance(act, nn.ReLU):
-        return "relu"
-    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-        return "gelu"
-    return None
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ class BlockConfig:
             raise ValueError(
                 f"num_heads: num_heads={self.num_heads} does not divide d_model={self.d_model}"
             )
-        _check_dropout(self.dropout)
+        check_dropout(self.dropout)
         if self.activation not in _ACTIVATIONS:
             raise ValueError(
                 f"activation: expected one of {_ACTIVATIONS}, got {self.activation!r}"
@@ -128,10 +126,9 @@ class TransformerBlock(nn.Module):
             GELU, causal or not).
 
     Attributes:
-        ln1, attn: LayerNorm and :class:`~selfattn.modules.MultiHeadAttention`
-            of the self-attention sublayer (a
-            :class:`~selfattn.grouped.GroupedQueryAttention` when ``num_kv_heads``
-            or ``positional`` is set).
+        ln1, attn: LayerNorm and :class:`~selfattn.layers.MultiHeadAttention`
+            of the self-attention sublayer (with the config's ``num_kv_heads``
+            and ``positional``).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
         ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)``.
@@ -154,15 +151,10 @@ class TransformerBlock(nn.Module):
         d, eps = config.d_model, config.layer_norm_eps
         # creation order fixes which random numbers each weight gets: keep it
         self.ln1 = nn.LayerNorm(d, eps=eps)
-        self.attn: nn.Module
-        if config.plain_attention:
-            self.attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout,
-                                           causal=config.causal)
-        else:  # fewer key/value heads, or positions inside attention
-            self.attn = GroupedQueryAttention(
-                d, config.num_heads, config.num_kv_heads or config.num_heads,
-                dropout=config.dropout, causal=config.causal, positional=config.positional,
-            )
+        self.attn = MultiHeadAttention(
+            d, config.num_heads, dropout=config.dropout, causal=config.causal,
+            num_kv_heads=config.num_kv_heads, positional=config.positional,
+        )
         if config.cross_attention:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
             self.cross_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout)
@@ -173,12 +165,12 @@ class TransformerBlock(nn.Module):
 
     # -- the three sublayers, each returning what is added to the stream --------
     def _self_attention(self, x: Tensor, mask: Any, kv_cache: KVCache | None) -> Tensor:
-        out, _ = self.attn(x, mask=mask, need_weights=False, kv_cache=kv_cache)
+        out, _ = self.attn.attend(x, x, x, mask, need_weights=False, kv_cache=kv_cache)
         return self.drop(out)  # (batch, L, d_model)
 
     def _cross_attention(self, x: Tensor, memory: Tensor, memory_mask: Any) -> Tensor:
         # queries from x (batch, L, d_model); keys and values from memory (batch, k_len, d_model)
-        out, _ = self.cross_attn(x, memory, memory, mask=memory_mask, need_weights=False)
+        out, _ = self.cross_attn.attend(x, memory, memory, memory_mask, need_weights=False)
         return self.drop(out)  # (batch, L, d_model)
 
     def _feed_forward(self, x: Tensor) -> Tensor:
@@ -200,13 +192,13 @@ class TransformerBlock(nn.Module):
             memory: ``(batch, k_len, d_model)``, the sequence the cross-attention
                 reads (required with ``cross_attention=True``, forbidden without).
             mask: optional self-attention mask as in
-                :meth:`selfattn.modules.MultiHeadAttention.forward` (True = may
+                :meth:`selfattn.layers.MultiHeadAttention.forward` (True = may
                 attend), e.g. ``key_padding_to_attention_mask(pad)``
                 ``(batch, 1, 1, L)``; ANDed with the causal mask.
             memory_mask: optional cross-attention mask broadcastable to
                 ``(batch, num_heads, L, k_len)``, usually the source padding
                 ``key_padding_to_attention_mask(source_pad)`` ``(batch, 1, 1, k_len)``.
-            kv_cache: optional :class:`~selfattn.modules.KVCache` for the
+            kv_cache: optional :class:`~selfattn.kv_cache.KVCache` for the
                 self-attention (incremental decoding).
 
         Returns:
@@ -216,21 +208,24 @@ class TransformerBlock(nn.Module):
             TypeError: ``x``/``memory`` not float tensors of the parameters' dtype.
             ValueError: wrong shapes, or ``memory`` missing / unexpected.
         """
-        legend = "(batch, seq_len, d_model)"
-        _check_input("x", x, self.config.d_model, "d_model", legend, self.ln1.weight)
-        if self.config.cross_attention:
-            if memory is None:
-                raise ValueError(
-                    "memory: this block has cross_attention=True and needs the encoder's output "
-                    f"(batch, k_len, d_model={self.config.d_model}), got None"
-                )
-            _check_input("memory", memory, self.config.d_model, "d_model", legend,
-                         self.ln1.weight)
-        elif memory is not None or memory_mask is not None:
-            raise ValueError(
-                "memory: this block has no cross-attention sublayer (cross_attention=False); "
-                "build it with BlockConfig(cross_attention=True) to attend to a memory"
-            )
+        x, memory, mask, memory_mask, unbatched = _checked_inputs(
+            self, x, memory, mask, memory_mask, kv_cache
+        )
+        x = self.update(x, memory, mask=mask, memory_mask=memory_mask, kv_cache=kv_cache)
+        return x.squeeze(0) if unbatched else x  # (batch, L, d_model)
+
+    def update(
+        self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
+        memory_mask: Tensor | None = None, kv_cache: KVCache | None = None,
+    ) -> Tensor:
+        """:meth:`forward` on checked, batched inputs: the block itself, no checks.
+
+        ``x`` ``(batch, L, d_model)``, ``memory`` ``(batch, k_len, d_model)`` and
+        the masks as tensors ready for
+        :meth:`~selfattn.layers.MultiHeadAttention.attend`; a model that checked
+        its own input (:class:`~selfattn.language_model.TinyLM`) calls this for
+        every block.
+        """
         if self.config.norm_first:  # pre-LN: x + f(LN(x)); the stream itself is never normalised
             x = x + self._self_attention(self.ln1(x), mask, kv_cache)
             if self.config.cross_attention:
@@ -242,69 +237,13 @@ class TransformerBlock(nn.Module):
             x = self.ln_cross(x + self._cross_attention(x, memory, memory_mask))
         return self.ln2(x + self._feed_forward(x))  # (batch, L, d_model)
 
-    # -- interoperability with torch.nn.TransformerEncoderLayer / DecoderLayer --
+    # -- interoperability with PyTorch's layers: selfattn.torch_interop ------------
     def copy_from_torch(
         self, layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
     ) -> TransformerBlock:
-        """Copy the parameters of a PyTorch encoder or decoder layer into this block.
-
-        The names map as follows: ``self_attn -> attn``, ``multihead_attn ->
-        cross_attn``, ``linear1 -> mlp[0]``, ``linear2 -> mlp[2]``; for an
-        encoder layer ``norm1 -> ln1`` and ``norm2 -> ln2``; for a decoder layer
-        ``norm1 -> ln1``, ``norm2 -> ln_cross`` and ``norm3 -> ln2``.
-
-        Args:
-            layer: ``nn.TransformerEncoderLayer`` (for a block without
-                cross-attention) or ``nn.TransformerDecoderLayer`` (with it), of
-                the same width, heads, MLP width, ``norm_first`` and activation.
-
-        Returns:
-            ``self``, parameters overwritten in place.
-
-        Raises:
-            TypeError: ``layer`` is neither layer type.
-            ValueError: any setting differs (the message names it).
-        """
-        decoder = isinstance(layer, nn.TransformerDecoderLayer)
-        if not (decoder or isinstance(layer, nn.TransformerEncoderLayer)):
-            raise TypeError(
-                "layer: expected torch.nn.TransformerEncoderLayer or TransformerDecoderLayer, "
-                f"got {type(layer).__name__}"
-            )
-        cfg = self.config
-        if not cfg.plain_attention:
-            raise ValueError(
-                "layer: PyTorch's layers have plain multi-head attention; this block has "
-                f"num_kv_heads={cfg.num_kv_heads}, positional={cfg.positional!r}"
-            )
-        act_name = _activation_name(layer.activation) or repr(layer.activation)
-        seen = {
-            "cross_attention": decoder,
-            "d_model": layer.linear1.in_features,
-            "num_heads": layer.self_attn.num_heads,
-            "d_ff": layer.linear1.out_features,
-            "norm_first": layer.norm_first,
-            "activation": act_name,
-        }
-        want = {"cross_attention": cfg.cross_attention, "d_model": cfg.d_model,
-                "num_heads": cfg.num_heads, "d_ff": cfg.ff_dim, "norm_first": cfg.norm_first,
-                "activation": cfg.activation}
-        for name, value in seen.items():
-            if value != want[name]:
-                raise ValueError(
-                    f"layer: its {name} is {value!r} but this block has {name}={want[name]!r}"
-                )
-        self.attn.copy_from_torch(layer.self_attn)
-        norms = [(layer.norm1, self.ln1), (layer.norm2, self.ln2)]
-        if decoder:
-            self.cross_attn.copy_from_torch(layer.multihead_attn)
-            norms = [(layer.norm1, self.ln1), (layer.norm2, self.ln_cross),
-                     (layer.norm3, self.ln2)]
-        self.mlp[0].load_state_dict(layer.linear1.state_dict())
-        self.mlp[2].load_state_dict(layer.linear2.state_dict())
-        for theirs, ours in norms:
-            ours.load_state_dict(theirs.state_dict())
-        return self
+        """Copy the parameters of a PyTorch encoder or decoder layer into this block; returns
+        it (:func:`~selfattn.torch_interop.copy_block_from_torch` names the mapping)."""
+        return torch_interop.copy_block_from_torch(self, layer)
 
     @classmethod
     def from_torch(
@@ -316,31 +255,47 @@ class TransformerBlock(nn.Module):
         (``src_mask``/``tgt_mask``, ``is_causal``). Dropout is taken from
         ``layer.dropout.p``; dtype and device follow ``layer``.
         """
-        if not isinstance(layer, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
-            raise TypeError(
-                "layer: expected torch.nn.TransformerEncoderLayer or TransformerDecoderLayer, "
-                f"got {type(layer).__name__}"
-            )
-        activation = _activation_name(layer.activation)
-        if activation is None:
-            raise ValueError(
-                f"layer: activation {layer.activation!r} is not supported (expected relu or gelu)"
-            )
-        config = BlockConfig(
-            d_model=layer.linear1.in_features,
-            num_heads=layer.self_attn.num_heads,
-            d_ff=layer.linear1.out_features,
-            dropout=float(layer.dropout.p),
-            norm_first=bool(layer.norm_first),
-            activation=activation,
-            causal=bool(causal),
-            cross_attention=isinstance(layer, nn.TransformerDecoderLayer),
-            layer_norm_eps=float(layer.norm1.eps),
-        )
-        block = cls(config).to(dtype=layer.linear1.weight.dtype, device=layer.linear1.weight.device)
+        settings = torch_interop.block_settings_from_torch(layer)
+        block = cls(BlockConfig(**settings, causal=bool(causal)))
+        block.to(dtype=layer.linear1.weight.dtype, device=layer.linear1.weight.device)
         return block.copy_from_torch(layer)
 
     def extra_repr(self) -> str:
         c = self.config
         return (f"norm_first={c.norm_first}, activation={c.activation!r}, causal={c.causal}, "
                 f"cross_attention={c.cross_attention}")
+
+
+def _checked_inputs(
+    block: TransformerBlock, x: Any, memory: Any, mask: Any, memory_mask: Any, kv_cache: Any
+) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, bool]:
+    """Check the arguments of :meth:`TransformerBlock.forward` once (each message says what
+    is wrong); return ``(x, memory, mask, memory_mask, unbatched)`` ready for
+    :meth:`TransformerBlock.update`: ``x`` and ``memory`` 3-D, the masks tensors."""
+    cfg, legend = block.config, "(batch, seq_len, d_model)"
+    check_layer_input("x", x, cfg.d_model, "d_model", legend, block.ln1.weight)
+    if cfg.cross_attention:
+        if memory is None:
+            raise ValueError(
+                "memory: this block has cross_attention=True and needs the encoder's output "
+                f"(batch, k_len, d_model={cfg.d_model}), got None"
+            )
+        check_layer_input("memory", memory, cfg.d_model, "d_model", legend, block.ln1.weight)
+    elif memory is not None or memory_mask is not None:
+        raise ValueError(
+            "memory: this block has no cross-attention sublayer (cross_attention=False); "
+            "build it with BlockConfig(cross_attention=True) to attend to a memory"
+        )
+    source = x if memory is None else memory
+    x, source, _, unbatched = as_batched(x, source, source, ("x", "memory", "memory"))
+    batch, seq_len = x.shape[0], x.shape[1]
+    k_len = seq_len
+    if kv_cache is not None:
+        check_kv_cache(kv_cache, block.attn.num_kv_heads, block.attn.head_dim, shape_of(x))
+        k_len += len(kv_cache)
+    if mask is not None:
+        mask = as_head_mask(mask, x, (batch, cfg.num_heads, seq_len, k_len))
+    if memory_mask is not None:
+        memory_mask = as_head_mask(memory_mask, x, (batch, cfg.num_heads, seq_len,
+                                                     source.shape[1]), "memory_mask")
+    return x, (source if cfg.cross_attention else None), mask, memory_mask, unbatched

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from selfattn._checks import check_array, check_positive_int, is_tensor, shape_of
+from selfattn._checks import check_array, check_positive_int, check_token_range, is_tensor, shape_of
 
 try:
     import torch
@@ -60,6 +60,51 @@ def _as_int_array(name: str, tokens: Any) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
+def _check_transition(transition: Any) -> np.ndarray:
+    """``transition`` checked (see :class:`MarkovSource`), renormalised, float64 ``(V, V)``."""
+    check_array("transition", transition)
+    p = transition.detach().cpu().numpy() if is_tensor(transition) else transition
+    if not np.issubdtype(p.dtype, np.floating):
+        raise TypeError(f"transition: expected a floating-point dtype, got {p.dtype}")
+    p = np.array(p, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] != p.shape[1] or p.shape[0] == 0:
+        raise ValueError(f"transition: expected shape (V, V) with V >= 1, got shape {p.shape}")
+    if not np.isfinite(p).all() or (p < 0).any():
+        raise ValueError(
+            f"transition: expected finite non-negative probabilities (shape {p.shape})"
+        )
+    sums = p.sum(axis=1)
+    bad = np.flatnonzero(np.abs(sums - 1.0) > 1e-8)
+    if bad.size:
+        raise ValueError(
+            f"transition: expected every row to sum to 1 (shape {p.shape}), "
+            f"row {int(bad[0])} sums to {float(sums[bad[0]])!r}"
+        )
+    p = p / sums[:, None]  # (V, V) / (V, 1): renormalise each row exactly
+    reach = p > 0  # reach[i, j]: j reachable from i in >= 1 step
+    for _ in range(max(1, math.ceil(math.log2(max(p.shape[0], 2)))) + 1):
+        reach = reach | ((reach.astype(np.int64) @ reach.astype(np.int64)) > 0)
+    stuck = np.flatnonzero(~reach.all(axis=1))
+    if stuck.size:
+        raise ValueError(
+            f"transition: the chain is reducible (shape {p.shape}); token {int(stuck[0])} "
+            "cannot reach every other token, so the stationary distribution is not unique"
+        )
+    return p
+
+
+def _stationary(p: np.ndarray) -> np.ndarray:
+    """Solve ``pi (P - I) = 0`` with ``sum(pi) = 1`` (unique for an irreducible chain)."""
+    v = p.shape[0]
+    a = p.T - np.eye(v)  # (V, V): rows are the equations (P^T - I) pi = 0
+    a[-1, :] = 1.0  # replace one (redundant) equation by sum(pi) = 1
+    b = np.zeros(v)
+    b[-1] = 1.0
+    pi = np.linalg.solve(a, b)
+    pi = np.clip(pi, 0.0, None)
+    return pi / pi.sum()
+
+
 class MarkovSource:
     """A first-order Markov chain over ``V`` tokens with a known entropy rate.
 
@@ -83,37 +128,9 @@ class MarkovSource:
     """
 
     def __init__(self, transition: Any) -> None:
-        check_array("transition", transition)
-        p = transition.detach().cpu().numpy() if is_tensor(transition) else transition
-        if not np.issubdtype(p.dtype, np.floating):
-            raise TypeError(f"transition: expected a floating-point dtype, got {p.dtype}")
-        p = np.array(p, dtype=np.float64)
-        if p.ndim != 2 or p.shape[0] != p.shape[1] or p.shape[0] == 0:
-            raise ValueError(f"transition: expected shape (V, V) with V >= 1, got shape {p.shape}")
-        if not np.isfinite(p).all() or (p < 0).any():
-            raise ValueError(
-                f"transition: expected finite non-negative probabilities (shape {p.shape})"
-            )
-        sums = p.sum(axis=1)
-        bad = np.flatnonzero(np.abs(sums - 1.0) > 1e-8)
-        if bad.size:
-            raise ValueError(
-                f"transition: expected every row to sum to 1 (shape {p.shape}), "
-                f"row {int(bad[0])} sums to {float(sums[bad[0]])!r}"
-            )
-        p = p / sums[:, None]  # (V, V) / (V, 1): renormalise each row exactly
-        reach = p > 0  # reach[i, j]: j reachable from i in >= 1 step
-        for _ in range(max(1, math.ceil(math.log2(max(p.shape[0], 2)))) + 1):
-            reach = reach | ((reach.astype(np.int64) @ reach.astype(np.int64)) > 0)
-        stuck = np.flatnonzero(~reach.all(axis=1))
-        if stuck.size:
-            raise ValueError(
-                f"transition: the chain is reducible (shape {p.shape}); token {int(stuck[0])} "
-                "cannot reach every other token, so the stationary distribution is not unique"
-            )
-        self._p = p
+        self._p = _check_transition(transition)  # (V, V), rows sum to 1 exactly
         self._p.setflags(write=False)
-        self._pi = self._solve_stationary()
+        self._pi = _stationary(self._p)  # (V,)
 
     @classmethod
     def random(
@@ -183,17 +200,6 @@ class MarkovSource:
     def transition(self) -> np.ndarray:
         """The ``(V, V)`` transition matrix (read-only float64 array)."""
         return self._p
-
-    def _solve_stationary(self) -> np.ndarray:
-        """Solve ``pi (P - I) = 0`` with ``sum(pi) = 1`` (unique for an irreducible chain)."""
-        v = self.vocab_size
-        a = self._p.T - np.eye(v)  # (V, V): rows are the equations (P^T - I) pi = 0
-        a[-1, :] = 1.0  # replace one (redundant) equation by sum(pi) = 1
-        b = np.zeros(v)
-        b[-1] = 1.0
-        pi = np.linalg.solve(a, b)
-        pi = np.clip(pi, 0.0, None)
-        return pi / pi.sum()
 
     def stationary_distribution(self) -> np.ndarray:
         """``pi``, shape ``(V,)``: the distribution with ``pi @ P == pi``, summing to 1."""
@@ -288,11 +294,8 @@ class MarkovSource:
         x = _as_int_array("inputs", inputs)
         if x.ndim != 2:
             raise ValueError(f"inputs: expected shape (batch, L), got shape {x.shape}")
-        if x.size and (x.min() < 0 or x.max() >= self.vocab_size):
-            raise ValueError(
-                f"inputs: expected token ids in [0, {self.vocab_size}), "
-                f"got values in [{int(x.min())}, {int(x.max())}] (shape {x.shape})"
-            )
+        if x.size:
+            check_token_range("inputs", x, self.vocab_size, x.shape)
         with np.errstate(divide="ignore"):
             logp = np.log(self._p)  # (V, V), -inf where P = 0
         return logp[x]  # (batch, L, V)

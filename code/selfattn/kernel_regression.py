@@ -52,9 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from selfattn._checks import check_finite, shape_of
+from selfattn._checks import check_finite, check_operand, check_qk, check_qkv, shape_of
 from selfattn.array_types import Array
-from selfattn.attention import _check_operand, _check_qk, _check_qkv
 from selfattn.softmax import softmax
 
 __all__ = ["gaussian_kernel_scores", "gaussian_key_bias", "nadaraya_watson"]
@@ -113,7 +112,7 @@ def gaussian_kernel_scores(query: Array, key: Array, bandwidth: float) -> Array:
         >>> gaussian_kernel_scores(q, k, bandwidth=1.0)
         array([[ 0. , -0.5, -2. ]])
     """
-    _check_qk(query, key)
+    check_qk(query, key)
     rho = _check_bandwidth(bandwidth)
     # (..., q_len, 1, d) - (..., 1, k_len, d) -> (..., q_len, k_len, d)
     diff = query[..., :, None, :] - key[..., None, :, :]
@@ -148,7 +147,7 @@ def gaussian_key_bias(key: Array, bandwidth: float) -> Array:
         >>> gaussian_key_bias(np.array([[1.0], [2.0]]), bandwidth=1.0)
         array([[-0.5, -2. ]])
     """
-    _check_operand("key", key, "(..., k_len, d)")
+    check_operand("key", key, "(..., k_len, d)")
     rho = _check_bandwidth(bandwidth)
     squared = (key * key).sum(-1)  # (..., k_len)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
@@ -187,7 +186,7 @@ def nadaraya_watson(
         >>> prediction  # halfway between the two keys: the mean of the two values
         array([[5.]])
     """
-    _check_qkv(query, key, value, _V_LEGEND)
+    check_qkv(query, key, value, _V_LEGEND)
     scores = gaussian_kernel_scores(query, key, bandwidth)  # (..., q_len, k_len)
     weights = softmax(scores, axis=-1)  # (..., q_len, k_len), rows sum to 1
     prediction = weights @ value  # (..., q_len, k_len) @ (..., k_len, d_v) -> (..., q_len, d_v)

@@ -1,4 +1,4 @@
-"""A tiny decoder-only transformer language model, its training loop and evaluation.
+"""A tiny decoder-only transformer language model and its evaluation.
 
 :class:`TinyLM` is the smallest GPT-style model that still has every part::
 
@@ -15,9 +15,11 @@ sees the whole window, including the very token it is asked to predict, and
 learns to copy it: its training perplexity heads to 1, which says nothing
 about its ability to predict (it has nothing to copy from when generating).
 
-:func:`train_language_model` trains on random windows from :func:`selfattn.data.batches`
-with AdamW, and :func:`evaluate_perplexity` scores a token array in
-non-overlapping chunks or with a sliding window.
+:func:`evaluate_perplexity` scores a token array in non-overlapping chunks or
+with a sliding window; :func:`selfattn.training.train_language_model` trains
+the model. It and :func:`~selfattn.training.learning_rate_schedule` lived here
+before and are still importable from here: ``selfattn/__init__.py`` binds them
+to this module, since ``selfattn.training`` imports this one.
 
 Shape legend: ``batch`` sequences, ``L`` (seq_len) positions, ``d_model``
 width, ``V`` (vocab_size) tokens. Token ids are integer tensors.
@@ -38,24 +40,23 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from selfattn._checks import check_positive_int, is_tensor, shape_of
+from selfattn._checks import (
+    as_token_rows,
+    check_dropout,
+    check_positive_int,
+    check_token_ids,
+    check_token_range,
+)
 from selfattn.block import BlockConfig, TransformerBlock
-from selfattn.data import batches
-from selfattn.modules import KVCache
-from selfattn.perplexity import negative_log_likelihood, token_nll
+from selfattn.kv_cache import KVCache, check_kv_cache
+from selfattn.perplexity import token_nll
 from selfattn.positional import (
     LearnedPositionalEmbedding,
     NoPositionalEncoding,
     SinusoidalPositionalEncoding,
 )
 
-__all__ = [
-    "LMConfig",
-    "TinyLM",
-    "evaluate_perplexity",
-    "learning_rate_schedule",
-    "train_language_model",
-]
+__all__ = ["LMConfig", "TinyLM", "evaluate_perplexity"]
 
 _POSITIONAL = ("learned", "sinusoidal", "rope", "alibi", "none")
 
@@ -79,24 +80,14 @@ class LMConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "num_heads", "num_layers"):
             check_positive_int(name, getattr(self, name))
-        if self.d_ff is not None:
-            check_positive_int("d_ff", self.d_ff)
-        if self.d_model % self.num_heads != 0:
-            raise ValueError(
-                f"num_heads: num_heads={self.num_heads} does not divide d_model={self.d_model}"
-            )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
-            kind = type(self.dropout).__name__
-            raise TypeError(f"dropout: expected a float in [0, 1), got {kind}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1), got {self.dropout}")
+        check_dropout(self.dropout)  # block_config() passes float(dropout): check the type here
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional: expected one of {_POSITIONAL}, got {self.positional!r}")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(
                 f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
             )
-        self.block_config()  # validates num_kv_heads against num_heads
+        self.block_config()  # BlockConfig checks d_ff, num_heads | d_model and num_kv_heads
 
     @property
     def ff_dim(self) -> int:
@@ -150,42 +141,16 @@ class TinyLM(nn.Module):
         """Number of trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
-    def _check_idx(self, idx: Any, name: str = "idx", max_len: int | None = None) -> None:
-        legend = "(batch, seq_len)"
-        if not is_tensor(idx):
-            raise TypeError(f"{name}: expected a torch.Tensor {legend}, got {type(idx).__name__}")
-        if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
-            raise TypeError(f"{name}: expected an integer dtype (token ids), got {idx.dtype}")
-        if idx.ndim != 2:
-            raise ValueError(f"{name}: expected shape {legend}, got shape {shape_of(idx)}")
-        if idx.shape[0] == 0 or idx.shape[1] == 0:
-            raise ValueError(f"{name}: expected a non-empty {legend}, got shape {shape_of(idx)}")
-        if max_len is not None and idx.shape[1] > max_len:
-            room = self.config.seq_len - max_len
-            what = f"config.seq_len = {max_len}" if room == 0 else (
-                f"config.seq_len - cached_len = {self.config.seq_len} - {room} = {max_len}"
-            )
-            raise ValueError(
-                f"{name}: expected seq_len <= {what}, got shape "
-                f"{shape_of(idx)}; evaluate longer texts in windows (evaluate_perplexity)"
-            )
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= self.config.vocab_size:
-            raise ValueError(
-                f"{name}: expected token ids in [0, {self.config.vocab_size}), got values in "
-                f"[{lo}, {hi}] (shape {shape_of(idx)})"
-            )
-
     def _logits(self, idx: Tensor, caches: list[KVCache] | None = None, offset: int = 0) -> Tensor:
         """Unchecked forward pass; ``idx`` ``(batch, L)`` at positions ``offset .. offset+L-1``."""
         x = self.pos(self.tok_emb(idx), offset=offset)  # (batch, L, d_model)
         x = self.emb_drop(x)
-        for i, block in enumerate(self.blocks):
-            x = block(x, kv_cache=None if caches is None else caches[i])  # (batch, L, d_model)
+        for i, block in enumerate(self.blocks):  # checked once, above: no checks per block
+            x = block.update(x, kv_cache=None if caches is None else caches[i])  # (batch, L, d)
         return self.head(self.ln_f(x))  # (batch, L, vocab_size)
 
     def new_caches(self) -> list[KVCache]:
-        """One empty :class:`~selfattn.modules.KVCache` per block, for :meth:`forward`."""
+        """One empty :class:`~selfattn.kv_cache.KVCache` per block, for :meth:`forward`."""
         return [KVCache() for _ in self.blocks]
 
     def forward(self, idx: Tensor, kv_caches: list[KVCache] | None = None) -> Tensor:
@@ -193,7 +158,7 @@ class TinyLM(nn.Module):
 
         Args:
             idx: ``(batch, L)`` integer token ids in ``[0, vocab_size)``.
-            kv_caches: optional list of one :class:`~selfattn.modules.KVCache`
+            kv_caches: optional list of one :class:`~selfattn.kv_cache.KVCache`
                 per block (:meth:`new_caches`). The tokens of ``idx`` are then
                 the positions *after* the ``cached_len`` tokens already in the
                 caches; their keys/values are appended, and the result equals the
@@ -213,7 +178,7 @@ class TinyLM(nn.Module):
                 non-causal model.
         """
         if kv_caches is None:
-            self._check_idx(idx, max_len=self.config.seq_len)
+            check_token_ids(idx, self.config.vocab_size, seq_len=self.config.seq_len)
             return self._logits(idx)
         if not isinstance(kv_caches, (list, tuple)) or not all(
             isinstance(c, KVCache) for c in kv_caches
@@ -232,7 +197,11 @@ class TinyLM(nn.Module):
                 "kv_caches: a KV cache is only valid for a causal model (config.causal=True)"
             )
         offset = len(kv_caches[0])
-        self._check_idx(idx, max_len=self.config.seq_len - offset)
+        check_token_ids(idx, self.config.vocab_size, seq_len=self.config.seq_len,
+                        cached_len=offset)
+        query_shape = (idx.shape[0], idx.shape[1], self.config.d_model)
+        for block, cache in zip(self.blocks, kv_caches, strict=True):
+            check_kv_cache(cache, block.attn.num_kv_heads, block.attn.head_dim, query_shape)
         return self._logits(idx, list(kv_caches), offset=offset)
 
     @torch.no_grad()
@@ -250,7 +219,7 @@ class TinyLM(nn.Module):
         Each new token is drawn from ``softmax(logits / temperature)`` of the last
         position (or is its argmax with ``greedy=True``). The context is the last
         ``config.seq_len`` tokens. With ``use_cache`` every block keeps a
-        :class:`~selfattn.modules.KVCache`, so each step runs the model on one
+        :class:`~selfattn.kv_cache.KVCache`, so each step runs the model on one
         new token instead of the whole context; once the context window is full
         and must slide, positions shift and the cache is rebuilt from the window
         (no saving for those steps). Greedy generation gives the same tokens with
@@ -276,7 +245,7 @@ class TinyLM(nn.Module):
                 or ``use_cache=True`` on a non-causal model (whose earlier outputs
                 change when a token is appended, so cached keys would be stale).
         """
-        self._check_idx(idx)
+        check_token_ids(idx, self.config.vocab_size)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
             raise TypeError(
                 f"max_new_tokens: expected an int >= 0, got {type(max_new_tokens).__name__}"
@@ -321,29 +290,6 @@ class TinyLM(nn.Module):
 
 
 # ---------------------------------------------------------------- evaluation
-
-
-def _as_rows(name: str, tokens: Any) -> np.ndarray:
-    """Token ids as an int64 ``(num_sequences, n)`` NumPy array (a 1-D stream is one row)."""
-    if not (is_tensor(tokens) or isinstance(tokens, np.ndarray)):
-        raise TypeError(
-            f"{name}: expected a numpy.ndarray or torch.Tensor of token ids, "
-            f"got {type(tokens).__name__}"
-        )
-    arr = tokens.detach().cpu().numpy() if is_tensor(tokens) else tokens
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{name}: expected an integer dtype (token ids), got {tokens.dtype}")
-    if arr.ndim not in (1, 2):
-        raise ValueError(
-            f"{name}: expected shape (n,) or (num_sequences, n), got shape {shape_of(arr)}"
-        )
-    rows = arr.reshape(1, -1) if arr.ndim == 1 else arr  # (num_sequences, n)
-    if rows.shape[0] == 0 or rows.shape[1] < 2:
-        raise ValueError(
-            f"{name}: expected at least 2 tokens per row (one input, one target), "
-            f"got shape {shape_of(arr)}"
-        )
-    return rows.astype(np.int64, copy=False)
 
 
 def _windows(n: int, context: int, stride: int) -> list[tuple[int, int, int]]:
@@ -398,7 +344,7 @@ def evaluate_perplexity(
     """
     if not isinstance(model, TinyLM):
         raise TypeError(f"model: expected a TinyLM, got {type(model).__name__}")
-    rows = _as_rows("tokens", tokens)
+    rows = as_token_rows("tokens", tokens)
     context = model.config.seq_len
     if stride is None:
         stride = context
@@ -409,11 +355,7 @@ def evaluate_perplexity(
             f"stride: expected 1 <= stride <= config.seq_len = {context}, got {stride} "
             "(a larger stride would skip tokens)"
         )
-    if rows.min() < 0 or rows.max() >= model.config.vocab_size:
-        raise ValueError(
-            f"tokens: expected token ids in [0, {model.config.vocab_size}), got values in "
-            f"[{int(rows.min())}, {int(rows.max())}] (shape {rows.shape})"
-        )
+    check_token_range("tokens", rows, model.config.vocab_size, rows.shape)
     # group windows by length so that no padding is needed (padding would leak
     # into a non-causal model's outputs)
     groups: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
@@ -440,153 +382,3 @@ def evaluate_perplexity(
         model.train(was_training)
     return math.exp(total / count)
 
-
-# ---------------------------------------------------------------- training
-
-
-def _lr_factor(step: int, steps: int, warmup: int) -> float:
-    """Linear warm-up to 1 over ``warmup`` steps, then cosine decay to 0.1 at ``steps``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def learning_rate_schedule(steps: int, warmup: int | None = None) -> np.ndarray:
-    """The factor :func:`train_language_model` multiplies ``lr`` by at each step.
-
-    Linear warm-up from ``1 / warmup`` to 1 over the first ``warmup`` steps
-    (default ``steps // 20``), then a cosine from 1 down to 0.1 at the last step.
-
-    Args:
-        steps: number of optimiser steps, >= 1.
-        warmup: warm-up steps, ``0 <= warmup``.
-
-    Returns:
-        ``(steps,)`` float64 NumPy array of factors in ``(0, 1]``.
-
-    Raises:
-        ValueError: ``steps`` not a positive int, ``warmup`` not an int >= 0
-            (TypeError if ``steps`` is not an int).
-    """
-    check_positive_int("steps", steps)
-    warmup = steps // 20 if warmup is None else warmup
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup: expected an int >= 0, got {warmup!r}")
-    return np.array([_lr_factor(step, steps, warmup) for step in range(steps)])
-
-
-def train_language_model(
-    model: TinyLM,
-    train_tokens: Any,
-    *,
-    steps: int,
-    batch_size: int = 32,
-    lr: float = 1e-2,
-    seed: int = 0,
-    eval_tokens: Any = None,
-    eval_every: int | None = None,
-    weight_decay: float = 0.0,
-    warmup: int | None = None,
-    grad_clip: float | None = 1.0,
-) -> list[dict[str, Any]]:
-    """Train ``model`` for next-token prediction with AdamW; return the history.
-
-    Each step draws ``batch_size`` random windows of ``config.seq_len + 1``
-    tokens (:func:`selfattn.data.batches`, seeded with ``seed``), computes the
-    mean cross-entropy of all ``L`` next-token predictions, and takes one AdamW
-    step. The learning rate warms up linearly for ``warmup`` steps (default
-    ``steps // 20``) and then follows a cosine down to ``lr / 10``; gradients
-    are clipped to norm ``grad_clip`` (None: no clipping).
-
-    Deterministic: ``torch.manual_seed(seed)`` is called first (dropout draws
-    from the global generator) and batches come from a seeded NumPy generator,
-    so the same model initialisation, data and seed give identical losses on
-    the same machine and thread count.
-
-    Args:
-        model: a :class:`TinyLM` (trained in place, left in eval mode).
-        train_tokens: integer ids ``(n,)`` or ``(num_sequences, n)`` with
-            ``n >= config.seq_len + 1``.
-        steps: number of optimiser steps, >= 1.
-        batch_size: windows per step.
-        lr: peak learning rate, > 0.
-        seed: seed for batches and dropout.
-        eval_tokens: optional held-out ids for :func:`evaluate_perplexity`.
-        eval_every: record the history every this many steps (default
-            ``max(1, steps // 10)``); the last step is always recorded.
-        weight_decay: AdamW weight decay.
-        warmup: warm-up steps (default ``steps // 20``).
-        grad_clip: maximum gradient norm, or None.
-
-    Returns:
-        A list of dicts ``{"step", "train_loss", "eval_ppl"}``. The first entry
-        is step 0: the loss of the first batch before any update (about
-        ``ln V`` for a fresh model). Later entries hold the mean training loss
-        (nats per token) over the steps since the previous entry. ``eval_ppl``
-        is the held-out perplexity after that step, or None without
-        ``eval_tokens``.
-
-    Raises:
-        TypeError: a wrong type or dtype.
-        ValueError: a non-:class:`TinyLM` model, bad token arrays
-            (see :func:`selfattn.data.batches`), or non-positive sizes / rates.
-    """
-    if not isinstance(model, TinyLM):
-        raise TypeError(f"model: expected a TinyLM, got {type(model).__name__}")
-    check_positive_int("steps", steps)
-    if eval_every is None:
-        eval_every = max(1, steps // 10)
-    check_positive_int("eval_every", eval_every)
-    if not (isinstance(lr, (int, float)) and lr > 0):
-        raise ValueError(f"lr: expected a float > 0, got {lr!r}")
-    warmup = steps // 20 if warmup is None else warmup
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup: expected an int >= 0, got {warmup!r}")
-    vocab = model.config.vocab_size
-    for name, tok in (("train_tokens", train_tokens), ("eval_tokens", eval_tokens)):
-        if tok is None:
-            continue
-        rows = _as_rows(name, tok)
-        if rows.min() < 0 or rows.max() >= vocab:
-            raise ValueError(
-                f"{name}: expected token ids in [0, {vocab}), got values in "
-                f"[{int(rows.min())}, {int(rows.max())}] (shape {shape_of(tok)})"
-            )
-        if name == "train_tokens" and rows.shape[1] < model.config.seq_len + 1:
-            raise ValueError(
-                f"train_tokens: expected at least config.seq_len + 1 = "
-                f"{model.config.seq_len + 1} tokens per row, got shape {shape_of(tok)}"
-            )
-    torch.manual_seed(seed)
-    data = batches(train_tokens, model.config.seq_len, batch_size, seed=seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-
-    def evaluate() -> float | None:
-        return None if eval_tokens is None else evaluate_perplexity(model, eval_tokens)
-
-    history: list[dict[str, Any]] = []
-    losses: list[float] = []
-    for step in range(steps):
-        inputs, targets = next(data)  # (batch, L) each
-        x, y = torch.as_tensor(inputs), torch.as_tensor(targets)
-        model.train()
-        loss = negative_log_likelihood(model(x), y)  # mean NLL over batch * L tokens
-        if step == 0:
-            history.append({"step": 0, "train_loss": loss.item(), "eval_ppl": evaluate()})
-        for group in optimizer.param_groups:
-            group["lr"] = lr * _lr_factor(step, steps, warmup)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
-        losses.append(loss.item())
-        done = step + 1
-        if done % eval_every == 0 or done == steps:
-            history.append(
-                {"step": done, "train_loss": float(np.mean(losses)), "eval_ppl": evaluate()}
-            )
-            losses = []
-    model.eval()
-    return history

@@ -325,6 +325,28 @@ def to_additive_mask(mask: Array, dtype: Any = np.float32) -> Array:
     return np.where(mask, np_dtype.type(0.0), np_dtype.type(-np.inf)).astype(np_dtype)
 
 
+def fully_masked_rows(mask: Array) -> Array:
+    """Where a query may attend to no key: ``(..., q_len, 1)`` bool, True for such a row.
+
+    Attention gives such a row zero weights and a zero context (no NaN); the
+    attention functions and layers use this to find the rows.
+
+    Args:
+        mask: bool ``(..., q_len, k_len)``, True = may attend, or an additive
+            float mask, where a row of ``-inf`` blocks every key. NumPy or torch.
+
+    Returns:
+        ``(..., q_len, 1)`` bool, in the backend of ``mask``.
+    """
+    if is_tensor(mask):
+        if mask.dtype == torch.bool:
+            return ~mask.any(dim=-1, keepdim=True)
+        return mask.amax(dim=-1, keepdim=True) == float("-inf")  # one reduction
+    if mask.dtype == np.bool_:
+        return ~mask.any(axis=-1, keepdims=True)
+    return mask.max(axis=-1, keepdims=True) == -np.inf
+
+
 def _is_torch_dtype(dtype: Any) -> bool:
     """True if ``dtype`` is a ``torch.dtype``."""
     return torch is not None and isinstance(dtype, torch.dtype)

@@ -35,6 +35,7 @@ from selfattn._checks import (
     check_array,
     check_dim,
     check_finite,
+    check_floating,
     check_min_ndim,
     check_ndim,
     check_nonempty,
@@ -42,7 +43,6 @@ from selfattn._checks import (
     shape_of,
 )
 from selfattn.array_types import Array
-from selfattn.softmax import _check_float
 
 try:
     import torch
@@ -54,13 +54,13 @@ __all__ = ["additive_scores", "cosine_similarity", "dot_similarity", "scaled_dot
 
 def _check_pair(a: Any, b: Any | None) -> Any:
     """Validate ``a`` (n, d) and ``b`` (m, d); return ``b`` (``a`` if None)."""
-    _check_float("a", a)
+    check_floating("a", a)
     check_ndim("a", a, 2, "(n, d)")
     check_nonempty("a", a)
     check_finite("a", a)
     if b is None:
         return a
-    _check_float("b", b)
+    check_floating("b", b)
     if is_tensor(a) != is_tensor(b):
         raise TypeError(
             f"b: expected the same backend as a ({type(a).__name__}), got {type(b).__name__}"
@@ -166,7 +166,7 @@ def _check_like(
     """``x`` is a finite, non-empty float array with the backend and dtype of ``ref`` and
     ``ndim`` dims (``None``: at least 2)."""
     check_array(name, x)
-    _check_float(name, x)
+    check_floating(name, x)
     if is_tensor(x) != is_tensor(ref):
         raise TypeError(
             f"{name}: expected the same backend as {ref_name} ({type(ref).__name__}), "
@@ -219,7 +219,7 @@ def additive_scores(query: Array, key: Array, u_q: Array, u_k: Array, u: Array) 
         >>> additive_scores(q, k, one, one, np.array([2.0])).round(12)
         array([[1.2       , 1.89189189]])
     """
-    _check_float("query", query)
+    check_floating("query", query)
     check_min_ndim("query", query, 2, "(..., q_len, d_q)")
     check_nonempty("query", query)
     check_finite("query", query)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from selfattn._checks import check_array, is_tensor, shape_of
+from selfattn._checks import check_floating, is_tensor, shape_of
 from selfattn.array_types import Array
 
 try:
@@ -43,22 +43,9 @@ except ImportError:  # pragma: no cover
 __all__ = ["log_softmax", "softmax"]
 
 
-def _check_float(name: str, x: Any) -> None:
-    """``TypeError`` unless ``x`` is a float NumPy array or torch tensor (message gives the shape).
-
-    (Like ``_checks.check_floating``, plus the shape seen; shared by the sibling modules.)
-    """
-    check_array(name, x)
-    ok = x.is_floating_point() if is_tensor(x) else np.issubdtype(x.dtype, np.floating)
-    if not ok:
-        raise TypeError(
-            f"{name}: expected a floating-point dtype, got {x.dtype} with shape {shape_of(x)}"
-        )
-
-
 def _validate(x: Any, axis: int) -> int:
     """Check ``x`` and ``axis``; return ``axis`` as a non-negative int."""
-    _check_float("x", x)
+    check_floating("x", x)
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"axis: expected an int, got {type(axis).__name__}")
     ndim = x.ndim

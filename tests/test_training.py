@@ -1,4 +1,4 @@
-"""learning_rate_schedule: the warm-up and cosine that train_language_model uses."""
+"""selfattn.training: the learning-rate schedule train_language_model uses; the old import path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from selfattn.language_model import LMConfig, TinyLM, learning_rate_schedule, train_language_model
+from selfattn.language_model import LMConfig, TinyLM
+from selfattn.training import learning_rate_schedule, train_language_model
 
 
 def test_schedule_shape_values() -> None:
@@ -40,3 +41,14 @@ def test_schedule_errors() -> None:
         learning_rate_schedule(10, warmup=-1)
     with pytest.raises((TypeError, ValueError), match="steps"):
         learning_rate_schedule(0)
+
+
+def test_still_importable_from_language_model() -> None:
+    """Chapters and readers' code import the training loop from where it was before."""
+    from selfattn import language_model, training
+    from selfattn.language_model import train_language_model as old
+
+    assert old is training.train_language_model
+    assert language_model.learning_rate_schedule is training.learning_rate_schedule
+    with pytest.raises(AttributeError, match="no attribute 'train_model'"):
+        language_model.train_model  # noqa: B018

@@ -1,4 +1,4 @@
-"""Tests for selfattn.modules.
+"""Tests for selfattn.layers.
 
 Reference tests compare with torch.nn.MultiheadAttention (weights copied across)
 and with hand computation; property tests use hypothesis; bad-input tests check
@@ -12,7 +12,6 @@ numbers, covering the different summation orders of the two implementations).
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -20,16 +19,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from selfattn.masks import causal_mask, combine_masks, key_padding_to_attention_mask, padding_mask
-from selfattn.modules import (
+from checking import checked_names, raises
+from selfattn.kv_cache import KVCache
+from selfattn.layers import (
     CausalSelfAttention,
-    KVCache,
     MultiHeadAttention,
     MultiHeadAttentionConfig,
     SelfAttention,
     merge_heads,
     split_heads,
 )
+from selfattn.masks import causal_mask, combine_masks, key_padding_to_attention_mask, padding_mask
 from selfattn.positional import SinusoidalPositionalEncoding
 
 TOL = {torch.float64: dict(rtol=0, atol=1e-12), torch.float32: dict(rtol=0, atol=1e-5)}
@@ -608,11 +608,6 @@ def test_permutation_equivariance_without_positions_only(perm, seed):
 # ================================================================ bad input
 
 
-def raises(exc, *parts):
-    """pytest.raises whose message must contain every literal part, in order."""
-    return pytest.raises(exc, match=".*".join(re.escape(p) for p in parts))
-
-
 def test_bad_input_wrong_d_in_of_x():
     sa = SelfAttention(5, 3)
     with raises(ValueError, "x: expected last dimension 5 (d_in), got shape (2, 4, 6)"):
@@ -861,3 +856,34 @@ def test_mha_eval_weights_explain_the_output_with_masks_and_cache():
     full_out, full_w = mha(x, average_weights=False)  # no padding mask here
     torch.testing.assert_close(out_last, full_out[:, 5:], **TOL[torch.float64])
     torch.testing.assert_close(w_last, full_w[:, :, 5:], **TOL[torch.float64])
+
+
+def test_old_module_name_reexports_the_same_objects():
+    """``from selfattn.modules import ...`` (chapters, readers' copied code) keeps working."""
+    import selfattn.grouped
+    import selfattn.kv_cache
+    import selfattn.layers
+    import selfattn.modules
+
+    for name in selfattn.modules.__all__:
+        home = selfattn.kv_cache if name == "KVCache" else selfattn.layers
+        assert getattr(selfattn.modules, name) is getattr(home, name), name
+    assert selfattn.grouped.kv_cache_bytes is selfattn.kv_cache.kv_cache_bytes
+    assert issubclass(selfattn.grouped.GroupedQueryAttention, MultiHeadAttention)
+
+
+def test_each_input_is_checked_once(monkeypatch):
+    """A layer checks query, key and value once each (a tensor passed twice once), in
+    forward; the attention function it calls does not check them again, only whether
+    its result overflowed ("query, key")."""
+    seen = checked_names(monkeypatch)
+    mha = MultiHeadAttention(8, 2, num_kv_heads=1)
+    x, memory = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    mha(x)
+    assert seen == ["query", "query, key"]
+    seen.clear()
+    mha(x, memory)
+    assert seen == ["query", "key", "query, key"]
+    seen.clear()
+    SelfAttention(8, 4)(x)
+    assert seen == ["x", "query, key"]
