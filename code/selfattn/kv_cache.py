@@ -166,7 +166,7 @@ class RollingKVCache(KVCache):
     Attributes:
         keys, values: ``(batch, num_heads, cached_len, head_dim)`` with
             ``cached_len <= window``, or ``None`` while empty; a tensor of their own
-            (no view into a larger one), so :attr:`nbytes` is what they hold.
+            (no view into a larger one), so :attr:`KVCache.nbytes` is what they hold.
         key_positions: ``(k_len,)`` int64 positions of the keys the last append
             returned, or ``None`` before the first append.
 
