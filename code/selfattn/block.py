@@ -49,6 +49,7 @@ from selfattn._checks import (
     check_dropout,
     check_layer_input,
     check_positive_int,
+    check_window,
     shape_of,
 )
 from selfattn.kv_cache import KVCache, check_kv_cache
@@ -74,6 +75,7 @@ class BlockConfig:
     layer_norm_eps: float = 1e-5  # the epsilon of every LayerNorm (PyTorch's default)
     num_kv_heads: int | None = None  # key/value heads of the self-attention; None: num_heads
     positional: str | None = None  # position inside self-attention: None, "rope" or "alibi"
+    window: int | None = None  # sliding window of the self-attention (needs causal); None: off
     attention_only: bool = False  # True: no MLP sublayer (and no LN2), attention alone
 
     def __post_init__(self) -> None:
@@ -107,6 +109,7 @@ class BlockConfig:
             raise ValueError(
                 f"positional: expected None, 'rope' or 'alibi', got {self.positional!r}"
             )
+        check_window(self.window, self.causal)
 
     @property
     def plain_attention(self) -> bool:
@@ -130,8 +133,8 @@ class TransformerBlock(nn.Module):
 
     Attributes:
         ln1, attn: LayerNorm and :class:`~selfattn.layers.MultiHeadAttention`
-            of the self-attention sublayer (with the config's ``num_kv_heads``
-            and ``positional``).
+            of the self-attention sublayer (with the config's ``num_kv_heads``,
+            ``positional`` and ``window``).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
         ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)`` (absent
@@ -158,6 +161,7 @@ class TransformerBlock(nn.Module):
         self.attn = MultiHeadAttention(
             d, config.num_heads, dropout=config.dropout, causal=config.causal,
             num_kv_heads=config.num_kv_heads, positional=config.positional,
+            window=config.window,
         )
         if config.cross_attention:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
