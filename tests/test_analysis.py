@@ -12,9 +12,13 @@ from selfattn.analysis import (
     head_patterns,
     prefix_matching_scores,
     previous_token_scores,
+    windowed_nll,
     with_context,
 )
+from selfattn.kv_cache import RollingKVCache
 from selfattn.language_model import LMConfig, TinyLM
+from selfattn.masks import sliding_window_mask
+from selfattn.perplexity import token_nll
 
 
 def _model(positional: str = "learned") -> TinyLM:
@@ -203,3 +207,89 @@ def test_ablate_heads_errors() -> None:
     with pytest.raises(TypeError, match="model"):
         with ablate_heads(torch.nn.Linear(2, 2), []):
             pass
+
+
+def _stream_model(positional: str = "none", seq_len: int = 8) -> TinyLM:
+    torch.manual_seed(3)
+    return TinyLM(LMConfig(vocab_size=9, seq_len=seq_len, d_model=16, num_heads=4,
+                           num_layers=2, positional=positional)).double().eval()
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_windowed_nll_is_the_plain_pass_when_the_window_holds_everything(recompute: bool) -> None:
+    model = _stream_model(seq_len=12)
+    ids = torch.randint(0, 9, (3, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        plain, _ = token_nll(model(ids[:, :-1]).double(), ids[:, 1:])
+    for sinks in (0, 2):
+        got = windowed_nll(model, ids, window=12, sinks=sinks, recompute=recompute)
+        np.testing.assert_allclose(got, plain.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("sinks", [0, 1, 3])
+def test_windowed_nll_cache_equals_token_by_token_and_the_masked_pass(sinks: int) -> None:
+    """The rolling cache, fed in chunks, equals feeding one token at a time, and equals a
+    full pass with the sliding-window mask (with sinks) in every block."""
+    model = _stream_model(seq_len=8)
+    n, w = 30, 6
+    ids = torch.randint(0, 9, (2, n), generator=torch.Generator().manual_seed(1))
+    got = windowed_nll(model, ids, window=w, sinks=sinks)
+    longer = with_context(model, n)
+    assert longer.tok_emb.weight.dtype == torch.float64  # the model's dtype
+    caches = [RollingKVCache(w, sinks) for _ in longer.blocks]
+    with torch.no_grad():
+        steps = torch.cat([longer(ids[:, t : t + 1], kv_caches=caches)
+                           for t in range(n - 1)], dim=1)
+        one_by_one, _ = token_nll(steps.double(), ids[:, 1:])
+        mask = sliding_window_mask(n - 1, window=w, sinks=sinks, like=steps)
+        x = longer.pos(longer.tok_emb(ids[:, :-1]))
+        for block in longer.blocks:
+            x = block.update(x, mask=mask)
+        masked, _ = token_nll(longer.head(longer.ln_f(x)).double(), ids[:, 1:])
+    np.testing.assert_allclose(got, one_by_one.numpy(), atol=1e-12)
+    np.testing.assert_allclose(got, masked.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize(("positional", "sinks"), [("none", 0), ("none", 2), ("learned", 1),
+                                                   ("rope", 2)])
+def test_windowed_nll_recompute_equals_a_loop(positional: str, sinks: int) -> None:
+    model = _stream_model(positional)
+    n, w = 20, 5
+    ids = torch.randint(0, 9, (2, n), generator=torch.Generator().manual_seed(2))
+    got = windowed_nll(model, ids, window=w, sinks=sinks, recompute=True, batch_size=7)
+    expected = np.empty((2, n - 1))
+    with torch.no_grad():
+        for t in range(n - 1):
+            if t < w:
+                seen = list(range(t + 1))
+            else:
+                seen = list(range(sinks)) + list(range(t - (w - sinks) + 1, t + 1))
+            assert len(seen) <= w
+            logits = model(ids[:, seen])[:, -1].double()  # (2, V)
+            expected[:, t] = -torch.log_softmax(logits, -1)[torch.arange(2), ids[:, t + 1]]
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+    # the cache and recomputation see the same tokens but differ from the second block up
+    cached = windowed_nll(model, ids, window=w, sinks=sinks) if positional != "learned" \
+        else windowed_nll(model, ids[:, :9], window=w, sinks=sinks)
+    assert np.abs(cached - got[:, : cached.shape[1]]).max() > 1e-3
+
+
+def test_windowed_nll_errors() -> None:
+    model = _stream_model()
+    ids = torch.zeros(2, 12, dtype=torch.long)
+    with pytest.raises(ValueError, match="window"):
+        windowed_nll(model, ids, window=9)
+    with pytest.raises(ValueError, match="window"):
+        windowed_nll(model, ids, window=0)
+    with pytest.raises(ValueError, match="sinks"):
+        windowed_nll(model, ids, window=4, sinks=4)
+    with pytest.raises(ValueError, match="learned position table"):
+        windowed_nll(_stream_model("learned"), ids, window=4)
+    with pytest.raises(ValueError, match="causal"):
+        windowed_nll(TinyLM(LMConfig(vocab_size=9, seq_len=8, causal=False)), ids, window=4)
+    with pytest.raises(ValueError, match="tokens"):
+        windowed_nll(model, torch.full((2, 12), 9), window=4)
+    with pytest.raises(TypeError, match="tokens"):
+        windowed_nll(model, ids.float(), window=4)
+    with pytest.raises(TypeError, match="model"):
+        windowed_nll(torch.nn.Linear(2, 2), ids, window=4)

@@ -13,6 +13,9 @@
   from a token, attends to the token that *followed* earlier copies of it.
 * :func:`ablate_heads` switches heads off (their output set to zero) inside a
   ``with`` block, to measure what a model loses without them.
+* :func:`windowed_nll` reads a text longer than a window the ways StreamingLLM
+  (Xiao et al. 2024) compares: a rolling KV cache, a rolling cache that keeps
+  the first tokens ("attention sinks"), or recomputation over the window.
 
 Shape legend: ``num_layers`` blocks, ``batch`` sequences, ``num_heads`` (h),
 ``L`` tokens, ``head_dim`` d_v, ``inner_dim`` = h * head_dim.
@@ -29,8 +32,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from selfattn._checks import check_token_ids, is_tensor
+from selfattn._checks import (
+    as_token_rows,
+    check_positive_int,
+    check_token_ids,
+    check_token_range,
+    is_tensor,
+)
+from selfattn.kv_cache import RollingKVCache
 from selfattn.language_model import LMConfig, TinyLM
+from selfattn.perplexity import token_nll
 
 __all__ = [
     "ablate_heads",
@@ -38,6 +49,7 @@ __all__ = [
     "head_patterns",
     "prefix_matching_scores",
     "previous_token_scores",
+    "windowed_nll",
     "with_context",
 ]
 
@@ -280,7 +292,8 @@ def with_context(model: TinyLM, seq_len: int) -> TinyLM:
         seq_len: the new context length, ``>= config.seq_len``.
 
     Returns:
-        A new :class:`~selfattn.language_model.TinyLM` in eval mode.
+        A new :class:`~selfattn.language_model.TinyLM` in eval mode, with the
+        dtype and device of ``model``.
     """
     if not isinstance(model, TinyLM):
         raise TypeError(f"model: expected a TinyLM, got {type(model).__name__}")
@@ -289,7 +302,8 @@ def with_context(model: TinyLM, seq_len: int) -> TinyLM:
         raise ValueError(f"seq_len: expected an int >= config.seq_len = {old.seq_len}, "
                          f"got {seq_len!r}")
     config: LMConfig = dataclasses.replace(old, seq_len=seq_len)
-    longer = TinyLM(config)
+    weight = model.tok_emb.weight
+    longer = TinyLM(config).to(dtype=weight.dtype, device=weight.device)  # as the model's
     state = model.state_dict()
     key = "pos.embedding.weight"
     if key in state:  # learned table: trained rows first, untrained rows after
@@ -298,3 +312,121 @@ def with_context(model: TinyLM, seq_len: int) -> TinyLM:
         state = {**state, key: table}
     longer.load_state_dict(state)
     return longer.eval()
+
+
+@torch.no_grad()
+def windowed_nll(
+    model: TinyLM, tokens: Any, window: int, *, sinks: int = 0, recompute: bool = False,
+    batch_size: int = 256,
+) -> np.ndarray:
+    """Loss of every next-token prediction when ``model`` reads ``tokens`` through a window.
+
+    A query sees at most ``window`` tokens: the first ``sinks`` tokens of the
+    text and the last ``window - sinks`` up to itself (all of them while the
+    text is shorter than the window). The two modes differ in how the keys and
+    values of those tokens were computed:
+
+    * ``recompute=False``: one :class:`~selfattn.kv_cache.RollingKVCache`
+      ``(window, sinks)`` per block. Every token is processed once, when it
+      arrives, and its keys and values are kept while the cache holds it. From
+      the second block up they were computed from the window that token saw,
+      not the query's. ``sinks=0`` is a plain rolling window; ``sinks=k`` keeps
+      the first ``k`` tokens for good (StreamingLLM's attention sinks). Fed in
+      chunks of ``window`` tokens; the result does not depend on the chunks.
+    * ``recompute=True``: every prediction runs the model afresh on its window
+      (the ``sinks`` first tokens, then the recent ones, at positions
+      ``0 .. window - 1``): ``window`` times the work of the cache.
+
+    With ``window >= n`` both equal the model's plain forward pass.
+
+    Args:
+        model: a causal :class:`~selfattn.language_model.TinyLM` (run in eval
+            mode; its mode is restored).
+        tokens: integer ids ``(n,)`` or ``(num_sequences, n)``, ``n >= 2``
+            (NumPy or torch). A model with a learned position table reads at most
+            ``config.seq_len`` tokens through the cache (its positions end there);
+            other position schemes read any length.
+        window: w, tokens a query sees, ``1 <= window <= config.seq_len``.
+        sinks: k, leading tokens every query keeps, ``0 <= k < window``.
+        recompute: recompute every window instead of keeping a cache.
+        batch_size: windows per forward pass when recomputing.
+
+    Returns:
+        ``(num_sequences, n - 1)`` float64: entry ``[b, t]`` is ``-log p(tokens[b,
+        t + 1])`` predicted at position ``t``. ``exp`` of the mean is the perplexity.
+
+    Raises:
+        TypeError: ``model`` not a TinyLM, ``tokens`` not integer ids.
+        ValueError: a non-causal model, ids out of range, fewer than 2 tokens,
+            ``window`` outside ``[1, config.seq_len]``, ``sinks`` outside
+            ``[0, window)``, or a learned position table asked to read beyond
+            ``config.seq_len`` through the cache.
+    """
+    if not isinstance(model, TinyLM):
+        raise TypeError(f"model: expected a TinyLM, got {type(model).__name__}")
+    config = model.config
+    if not config.causal:
+        raise ValueError("model: reading through a window needs a causal model "
+                         "(config.causal=True)")
+    rows = as_token_rows("tokens", tokens)  # (num_sequences, n) int64
+    check_token_range("tokens", rows, config.vocab_size, rows.shape)
+    num_rows, n = rows.shape
+    if n < 2:
+        raise ValueError(f"tokens: expected at least 2 tokens per row, got shape {rows.shape}")
+    check_positive_int("window", window)
+    check_positive_int("batch_size", batch_size)
+    if window > config.seq_len:
+        raise ValueError(f"window: expected 1 <= window <= config.seq_len = {config.seq_len}, "
+                         f"got {window}")
+    RollingKVCache(window, sinks)  # its checks: sinks an int, 0 <= sinks < window
+    ids = torch.from_numpy(rows)  # (num_sequences, n)
+    was_training = model.training
+    model.eval()
+    try:
+        if recompute:
+            logits = _recomputed_logits(model, ids, window, sinks, batch_size)
+        else:
+            logits = _rolling_logits(model, ids, window, sinks)
+    finally:
+        model.train(was_training)
+    nll, _ = token_nll(logits.double(), ids[:, 1:])  # (num_sequences, n - 1)
+    return nll.numpy()
+
+
+def _rolling_logits(model: TinyLM, ids: Tensor, window: int, sinks: int) -> Tensor:
+    """Logits ``(num_sequences, n - 1, V)`` with a rolling cache in every block."""
+    n = ids.shape[1]
+    reader = model
+    if n - 1 > model.config.seq_len:  # positions past the model's context
+        if model.config.positional == "learned":
+            raise ValueError(
+                f"tokens: the model's learned position table ends at config.seq_len = "
+                f"{model.config.seq_len}; a rolling cache would need positions up to "
+                f"{n - 2} (read at most {model.config.seq_len + 1} tokens, or use a "
+                "model without a table: positional='none', 'rope', 'alibi', 'sinusoidal')"
+            )
+        reader = with_context(model, n - 1)  # the same parameters, a longer context
+    caches = [RollingKVCache(window, sinks) for _ in reader.blocks]
+    chunks = [reader(ids[:, i : min(i + window, n - 1)], kv_caches=caches)
+              for i in range(0, n - 1, window)]  # each (num_sequences, chunk, V)
+    return torch.cat(chunks, dim=1)  # (num_sequences, n - 1, V)
+
+
+def _recomputed_logits(
+    model: TinyLM, ids: Tensor, window: int, sinks: int, batch_size: int
+) -> Tensor:
+    """Logits ``(num_sequences, n - 1, V)``, each from a fresh pass over its window."""
+    num_rows, n = ids.shape
+    first = min(window, n - 1)  # queries 0 .. first - 1 see the whole prefix
+    parts = [model(ids[:, :first])]  # (num_sequences, first, V)
+    queries = torch.arange(first, n - 1)  # the rest see a full window each
+    if len(queries):
+        recent = torch.arange(-(window - sinks) + 1, 1)  # (window - sinks,) offsets
+        # (num_queries, window): the sinks, then the last window - sinks tokens
+        index = torch.cat([torch.arange(sinks).expand(len(queries), sinks),
+                           queries[:, None] + recent[None, :]], dim=1)
+        windows = ids[:, index].reshape(-1, window)  # (num_sequences * num_queries, window)
+        last = torch.cat([model(windows[i : i + batch_size])[:, -1]
+                          for i in range(0, len(windows), batch_size)])  # (.., V)
+        parts.append(last.reshape(num_rows, len(queries), -1))  # (num_sequences, q, V)
+    return torch.cat(parts, dim=1)  # (num_sequences, n - 1, V)
