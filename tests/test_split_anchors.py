@@ -65,6 +65,15 @@ OLD_ANCHORS: dict[str, list[str]] = {
         "tb-training", "training-the-stack-adamw-and-warm-up", "fig-tb-schedule", "tb-summary",
         "summary", "tb-exercises", "exercises", "tb-copy-this", "copy-this",
     ],
+    "attention-at-scale": [
+        "ch-scale", "attention-at-scale", "as-positions", "positions-inside-attention",
+        "longer-than-trained", "training-twice-as-long", "fig-as-extrapolation", "as-gqa",
+        "sharing-keys-and-values-mqa-and-gqa", "as-tiled",
+        "attention-without-the-l-times-l-matrix", "attention-without-the--matrix",
+        "the-online-softmax", "memory-and-time-against-l", "memory-and-time-against-",
+        "fig-as-memory", "as-heads", "what-a-trained-model-attends-to", "fig-as-heads",
+        "as-summary", "summary", "as-exercises", "exercises", "as-copy-this", "copy-this",
+    ],
 }
 # where a page's moved sections went (transformer-block moved whole: nothing left it); a
 # page whose sections went to several pages names them all
