@@ -75,11 +75,16 @@ OLD_ANCHORS: dict[str, list[str]] = {
         "as-summary", "summary", "as-exercises", "exercises", "as-copy-this", "copy-this",
     ],
 }
-# where a page's moved sections went (transformer-block moved whole: nothing left it); a
-# page whose sections went to several pages names them all
-NEW_PAGES: dict[str, str | tuple[str, ...] | None] = {
+# where a page's moved sections went (transformer-block moved whole: nothing left it). A
+# page whose sections went to several pages maps each moved anchor to its page, so that an
+# anchor redirected anywhere else fails.
+NEW_PAGES: dict[str, str | dict[str, str] | None] = {
     "04-whys": "04b-subspaces-positions", "05-causal": "05b-kv-cache",
-    "transformer-block": None, "attention-at-scale": ("inside-a-trained-model",),
+    "transformer-block": None,
+    "attention-at-scale": {
+        anchor: "inside-a-trained-model"
+        for anchor in ("as-heads", "what-a-trained-model-attends-to", "fig-as-heads")
+    },
 }
 CASES = [(page, anchor) for page, anchors in OLD_ANCHORS.items() for anchor in anchors]
 
@@ -106,8 +111,8 @@ def test_old_anchor_still_resolves(page: str, anchor: str) -> None:
     assert anchor in moved, f"{page}.html#{anchor}: gone from the page and not redirected"
     target = Path(moved[anchor]).stem
     new_pages = NEW_PAGES[page]
-    allowed = new_pages if isinstance(new_pages, tuple) else (new_pages,)
-    assert target in allowed, f"{page}#{anchor} redirects to {moved[anchor]}"
+    expected = new_pages.get(anchor) if isinstance(new_pages, dict) else new_pages
+    assert target == expected, f"{page}#{anchor} redirects to {moved[anchor]}, not {expected}"
     assert anchor in _ids(target), f"{page}#{anchor} redirects to {target}.html, which lacks it"
 
 
