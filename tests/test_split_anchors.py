@@ -95,10 +95,14 @@ def _ids(page: str) -> set[str]:
 
 
 def _redirects(page: str) -> dict[str, str]:
-    """The ``moved`` map of the page's redirect script: anchor -> page.html."""
+    """The ``moved`` maps of the page's redirect scripts, merged: anchor -> page.html.
+
+    A page whose sections went to several pages may carry one script per move."""
     html = (HTML / "chapters" / f"{page}.html").read_text(encoding="utf-8")
-    found = re.search(r"var moved = (\{.*?\});", html)
-    return json.loads(found.group(1)) if found else {}
+    moved: dict[str, str] = {}
+    for found in re.findall(r"var moved = (\{.*?\});", html):
+        moved |= json.loads(found)
+    return moved
 
 
 @pytest.mark.parametrize(("page", "anchor"), CASES, ids=[f"{p}#{a}" for p, a in CASES])
