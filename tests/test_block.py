@@ -230,3 +230,29 @@ def test_each_input_is_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
                             positional="alibi"))
     model(torch.zeros(1, 4, dtype=torch.long))
     assert seen == ["query, key"] * model.config.num_layers
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_attention_only_block_is_the_attention_sublayer_alone(norm_first: bool) -> None:
+    """attention_only=True: x + Attn(LN1(x)) (pre-LN) or LN1(x + Attn(x)) (post-LN), no MLP."""
+    torch.manual_seed(0)
+    block = TransformerBlock(BlockConfig(D, H, causal=True, norm_first=norm_first,
+                                         attention_only=True)).double().eval()
+    assert not hasattr(block, "mlp") and not hasattr(block, "ln2")
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    with torch.no_grad():
+        if norm_first:
+            expected = x + block.attn(block.ln1(x))[0]
+        else:
+            expected = block.ln1(x + block.attn(x)[0])
+        assert torch.allclose(block(x), expected, atol=1e-12)
+    # the same seed gives the same attention weights as a block with an MLP: only the
+    # MLP (and LN2) are left out, after everything else is created
+    torch.manual_seed(0)
+    full = TransformerBlock(BlockConfig(D, H, causal=True, norm_first=norm_first))
+    assert torch.equal(full.attn.w_q.weight.double(), block.attn.w_q.weight)
+    with pytest.raises(TypeError, match="attention_only"):
+        BlockConfig(D, H, attention_only=1)
+    with pytest.raises(ValueError, match="attention-only"):
+        TransformerBlock(BlockConfig(D, H, d_ff=FF, attention_only=True)).copy_from_torch(
+            _encoder(True, "gelu", torch.float32))

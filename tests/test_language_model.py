@@ -54,6 +54,24 @@ def test_forward_shape_and_parameter_count():
     assert m.config.ff_dim == 64 and LMConfig(5, 4, d_ff=7).ff_dim == 7
 
 
+def test_attention_only_model_has_no_mlp():
+    m = _model(attention_only=True)
+    d, v, L = 16, 11, 12
+    block = 2 * d + 4 * (d * d + d)  # LN1 and the attention: no LN2, no MLP
+    assert m.num_parameters() == v * d + L * d + 2 * block + 2 * d + (d * v + v)
+    assert not any("mlp" in name or "ln2" in name for name in m.state_dict())
+    # the stream is the embeddings plus the attention sublayers' outputs, nothing else
+    idx = _ids((2, 12), 1)
+    with torch.no_grad():
+        x = m.pos(m.tok_emb(idx))
+        for b in m.blocks:
+            x = x + b.attn(b.ln1(x))[0]
+        assert torch.allclose(m(idx), m.head(m.ln_f(x)), atol=1e-6)
+    assert _model().blocks[0].config.attention_only is False
+    with pytest.raises(TypeError, match="attention_only"):
+        LMConfig(5, 4, attention_only="yes")
+
+
 def test_attention_layers_follow_the_config():
     m = _model(causal=False, dropout=0.1)
     assert all(not b.attn.causal and b.attn.dropout.p == 0.1 for b in m.blocks)

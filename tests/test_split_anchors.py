@@ -3,9 +3,9 @@
 Chapter 4 ("the whys") became 04-whys (scaling and softmax) and
 04b-subspaces-positions; chapter 5 ("causal attention") became 05-causal
 (masks and padding) and 05b-kv-cache. The transformer-block chapter moved from
-before the masks chapter to after it (it uses the masks), keeping its URL. The
-MQA/GQA section of attention-at-scale moved to kv-memory, the chapter on the KV
-cache. The
+before the masks chapter to after it (it uses the masks), keeping its URL.
+Attention-at-scale's MQA/GQA section moved to kv-memory, the chapter on the KV
+cache, and its trained-heads section to inside-a-trained-model. The
 old pages keep their URLs. Every anchor they had before the split or move must
 still resolve: either the old page still has it, or the old page's redirect
 script sends it to the new page, which has it. ``OLD_ANCHORS`` lists the
@@ -76,11 +76,17 @@ OLD_ANCHORS: dict[str, list[str]] = {
         "as-summary", "summary", "as-exercises", "exercises", "as-copy-this", "copy-this",
     ],
 }
-# where a page's moved sections went (transformer-block moved whole: nothing left it); a
-# page whose sections went to several pages names them all
-NEW_PAGES: dict[str, str | tuple[str, ...] | None] = {
+# where a page's moved sections went (transformer-block moved whole: nothing left it). A
+# page whose sections went to several pages maps each moved anchor to its page, so that an
+# anchor redirected anywhere else fails.
+NEW_PAGES: dict[str, str | dict[str, str] | None] = {
     "04-whys": "04b-subspaces-positions", "05-causal": "05b-kv-cache",
-    "transformer-block": None, "attention-at-scale": ("kv-memory",),
+    "transformer-block": None,
+    "attention-at-scale": {
+        **{anchor: "kv-memory" for anchor in ("as-gqa", "sharing-keys-and-values-mqa-and-gqa")},
+        **{anchor: "inside-a-trained-model"
+           for anchor in ("as-heads", "what-a-trained-model-attends-to", "fig-as-heads")},
+    },
 }
 CASES = [(page, anchor) for page, anchors in OLD_ANCHORS.items() for anchor in anchors]
 
@@ -111,8 +117,8 @@ def test_old_anchor_still_resolves(page: str, anchor: str) -> None:
     assert anchor in moved, f"{page}.html#{anchor}: gone from the page and not redirected"
     target = Path(moved[anchor]).stem
     new_pages = NEW_PAGES[page]
-    allowed = new_pages if isinstance(new_pages, tuple) else (new_pages,)
-    assert target in allowed, f"{page}#{anchor} redirects to {moved[anchor]}"
+    expected = new_pages.get(anchor) if isinstance(new_pages, dict) else new_pages
+    assert target == expected, f"{page}#{anchor} redirects to {moved[anchor]}, not {expected}"
     assert anchor in _ids(target), f"{page}#{anchor} redirects to {target}.html, which lacks it"
 
 
@@ -124,7 +130,7 @@ def test_split_pages_are_in_the_toctree_in_reading_order() -> None:
     index = (HTML / "index.html").read_text(encoding="utf-8")
     pages = ("03-multi-head", "04-whys", "04b-subspaces-positions", "05-causal",
              "transformer-block", "05b-kv-cache", "06-perplexity", "attention-at-scale",
-             "kv-memory")
+             "kv-memory", "inside-a-trained-model")
     order = [index.find(f'href="chapters/{p}.html"') for p in pages]
     assert -1 not in order, f"a chapter is missing from the table of contents: {order}"
     assert order == sorted(order), "the chapters are out of reading order"
@@ -137,7 +143,8 @@ def test_old_link_lands_on_the_moved_section(browser: object, site: str) -> None
     try:
         page = context.new_page()
         for old, new in (("04-whys", "04b-subspaces-positions"), ("05-causal", "05b-kv-cache"),
-                         ("attention-at-scale", "kv-memory")):
+                         ("attention-at-scale", "kv-memory"),
+                         ("attention-at-scale", "inside-a-trained-model")):
             anchor = next(a for a, target in _redirects(old).items()
                           if Path(target).stem == new)
             page.goto(f"{site}/chapters/{old}.html#{anchor}")

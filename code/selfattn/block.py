@@ -11,7 +11,9 @@ and adds to it what each sublayer computes; nothing is overwritten. With
 and with ``norm_first=False`` (**post-LN**, the original transformer) the
 LayerNorm comes after each addition: ``x = LN1(x + Dropout(SelfAttention(x)))``
 and so on. The MLP is ``Linear(d_model, d_ff) -> GELU or ReLU -> Linear(d_ff,
-d_model)``.
+d_model)``. With ``attention_only=True`` the block has no MLP sublayer (and no
+LN2): the attention-only blocks in which circuits such as induction heads are
+studied.
 
 With ``cross_attention=True`` the block is a decoder block of an
 encoder-decoder model: its second sublayer takes **queries from** ``x`` and
@@ -74,6 +76,7 @@ class BlockConfig:
     num_kv_heads: int | None = None  # key/value heads of the self-attention; None: num_heads
     positional: str | None = None  # position inside self-attention: None, "rope" or "alibi"
     window: int | None = None  # sliding window of the self-attention (needs causal); None: off
+    attention_only: bool = False  # True: no MLP sublayer (and no LN2), attention alone
 
     def __post_init__(self) -> None:
         check_positive_int("d_model", self.d_model)
@@ -89,7 +92,7 @@ class BlockConfig:
             raise ValueError(
                 f"activation: expected one of {_ACTIVATIONS}, got {self.activation!r}"
             )
-        for name in ("norm_first", "causal", "cross_attention"):
+        for name in ("norm_first", "causal", "cross_attention", "attention_only"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
@@ -134,7 +137,8 @@ class TransformerBlock(nn.Module):
             ``positional`` and ``window``).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
-        ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)``.
+        ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)`` (absent
+            with ``attention_only=True``).
         drop: dropout on each sublayer's output.
 
     Raises:
@@ -162,9 +166,11 @@ class TransformerBlock(nn.Module):
         if config.cross_attention:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
             self.cross_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout)
-        self.ln2 = nn.LayerNorm(d, eps=eps)
-        act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
-        self.mlp = nn.Sequential(nn.Linear(d, config.ff_dim), act, nn.Linear(config.ff_dim, d))
+        if not config.attention_only:  # an attention-only block has neither ln2 nor mlp
+            self.ln2 = nn.LayerNorm(d, eps=eps)
+            act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
+            self.mlp = nn.Sequential(nn.Linear(d, config.ff_dim), act,
+                                     nn.Linear(config.ff_dim, d))
         self.drop = nn.Dropout(config.dropout)
 
     # -- the three sublayers, each returning what is added to the stream --------
@@ -234,11 +240,15 @@ class TransformerBlock(nn.Module):
             x = x + self._self_attention(self.ln1(x), mask, kv_cache)
             if self.config.cross_attention:
                 x = x + self._cross_attention(self.ln_cross(x), memory, memory_mask)
+            if self.config.attention_only:  # no MLP: the stream after the attention
+                return x  # (batch, L, d_model)
             return x + self._feed_forward(self.ln2(x))  # (batch, L, d_model)
         # post-LN: LN(x + f(x)); every sublayer's output passes through a LayerNorm
         x = self.ln1(x + self._self_attention(x, mask, kv_cache))
         if self.config.cross_attention:
             x = self.ln_cross(x + self._cross_attention(x, memory, memory_mask))
+        if self.config.attention_only:
+            return x  # (batch, L, d_model)
         return self.ln2(x + self._feed_forward(x))  # (batch, L, d_model)
 
     # -- interoperability with PyTorch's layers: selfattn.torch_interop ------------
@@ -247,6 +257,9 @@ class TransformerBlock(nn.Module):
     ) -> TransformerBlock:
         """Copy the parameters of a PyTorch encoder or decoder layer into this block; returns
         it (:func:`~selfattn.torch_interop.copy_block_from_torch` names the mapping)."""
+        if self.config.attention_only:
+            raise ValueError("layer: this block is attention-only (attention_only=True) and has "
+                             "no MLP to copy the layer's linear1/linear2 into")
         return torch_interop.copy_block_from_torch(self, layer)
 
     @classmethod

@@ -7,6 +7,7 @@
       -> num_layers x pre-LN block:
              x = x + Dropout(MultiHeadAttention(LayerNorm(x)))   (causal by default)
              x = x + Dropout(MLP(LayerNorm(x)))                  d_model -> d_ff -> d_model
+                                                  (no MLP with attention_only=True)
       -> final LayerNorm -> linear head                  (batch, L, vocab_size) logits
 
 ``logits[:, t]`` scores the token at position ``t + 1``; with the causal mask
@@ -78,6 +79,7 @@ class LMConfig:
     num_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: num_heads
     window: int | None = None  # sliding-window attention in every block (needs causal): each
     # token sees its last `window` tokens, itself included; None: all earlier tokens
+    attention_only: bool = False  # True: blocks without an MLP (attention-only, for circuits)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "num_heads", "num_layers"):
@@ -97,12 +99,14 @@ class LMConfig:
         return 4 * self.d_model if self.d_ff is None else self.d_ff
 
     def block_config(self) -> BlockConfig:
-        """The settings of each block: pre-LN, GELU, causal as ``causal``, no cross-attention."""
+        """The settings of each block: pre-LN, GELU, causal as ``causal``, no cross-attention
+        (and no MLP with ``attention_only``)."""
         inside = self.positional if self.positional in ("rope", "alibi") else None
         return BlockConfig(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim,
                            dropout=float(self.dropout), norm_first=True, activation="gelu",
                            causal=self.causal, num_kv_heads=self.num_kv_heads,
-                           positional=inside, window=self.window)
+                           positional=inside, window=self.window,
+                           attention_only=self.attention_only)
 
 
 class TinyLM(nn.Module):
@@ -115,7 +119,8 @@ class TinyLM(nn.Module):
         tok_emb: ``nn.Embedding(vocab_size, d_model)``.
         pos: learned or sinusoidal positions for ``seq_len`` positions.
         blocks: ``num_layers`` :class:`selfattn.block.TransformerBlock`, built
-            from :meth:`LMConfig.block_config` (pre-LN, GELU).
+            from :meth:`LMConfig.block_config` (pre-LN, GELU; attention only, without
+            an MLP, with ``attention_only=True``).
         ln_f: final ``LayerNorm``; head: ``nn.Linear(d_model, vocab_size)``.
 
     Raises:
