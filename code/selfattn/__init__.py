@@ -11,6 +11,7 @@ from selfattn.attention import (
 )
 from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
+from selfattn.feedforward import SwiGLU, swiglu_width
 from selfattn.grouped import GroupedQueryAttention
 from selfattn.kernel_regression import (
     gaussian_kernel_scores,
@@ -35,6 +36,7 @@ from selfattn.masks import (
     to_additive_mask,
     to_blocked_mask,
 )
+from selfattn.normalization import RMSNorm, make_norm
 from selfattn.perplexity import (
     bits_per_token,
     negative_log_likelihood,
@@ -82,6 +84,9 @@ __all__ = [
     "fit_bigram",
     # examples (submodule: the worked-example inputs)
     "examples",
+    # feedforward (the gated MLP of modern blocks)
+    "SwiGLU",
+    "swiglu_width",
     # grouped (MultiHeadAttention under its grouped-query name)
     "GroupedQueryAttention",
     # kernel_regression (Nadaraya–Watson: attention as kernel regression)
@@ -109,6 +114,9 @@ __all__ = [
     "padding_mask",
     "to_additive_mask",
     "to_blocked_mask",
+    # normalization (RMSNorm; LayerNorm or RMSNorm by name)
+    "RMSNorm",
+    "make_norm",
     # perplexity
     "bits_per_token",
     "negative_log_likelihood",
