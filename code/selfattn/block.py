@@ -133,8 +133,8 @@ class BlockConfig:
 
     @property
     def ff_dim(self) -> int:
-        """The MLP hidden width actually used: ``d_ff``, or by default ``4 * d_model``
-        (SwiGLU: :func:`~selfattn.feedforward.swiglu_width`, as many weights)."""
+        """The MLP hidden width actually used, ``d_ff`` or by default ``4 * d_model``
+        (for SwiGLU :func:`~selfattn.feedforward.swiglu_width`, as many weights)."""
         if self.d_ff is not None:
             return self.d_ff
         return swiglu_width(self.d_model) if self.activation == "swiglu" else 4 * self.d_model
