@@ -56,6 +56,7 @@ from selfattn._checks import (
     check_layer_input,
     check_positive_int,
     check_softcap,
+    check_window,
     shape_of,
 )
 from selfattn.feedforward import SwiGLU, swiglu_width
@@ -85,6 +86,7 @@ class BlockConfig:
     layer_norm_eps: float = 1e-5  # the epsilon of every LayerNorm/RMSNorm (PyTorch's default)
     num_kv_heads: int | None = None  # key/value heads of the self-attention; None: num_heads
     positional: str | None = None  # position inside self-attention: None, "rope" or "alibi"
+    window: int | None = None  # sliding window of the self-attention (needs causal); None: off
     norm: str = "layernorm"  # the normalisation layers: "layernorm" (γ, β) or "rmsnorm" (γ)
     qk_norm: bool = False  # every attention: RMSNorm each head's queries and keys (QK-norm)
     softcap: float | None = None  # every attention: scores -> c tanh(scores / c), c = softcap
@@ -120,6 +122,7 @@ class BlockConfig:
             raise ValueError(
                 f"positional: expected None, 'rope' or 'alibi', got {self.positional!r}"
             )
+        check_window(self.window, self.causal)
         if self.norm not in _NORMS:
             raise ValueError(f"norm: expected one of {_NORMS}, got {self.norm!r}")
         object.__setattr__(self, "softcap", check_softcap(self.softcap))
@@ -153,7 +156,7 @@ class TransformerBlock(nn.Module):
         ln1, attn: LayerNorm (or RMSNorm, ``norm="rmsnorm"``) and
             :class:`~selfattn.layers.MultiHeadAttention` of the self-attention
             sublayer (with the config's ``num_kv_heads``, ``positional``,
-            ``qk_norm`` and ``softcap``).
+            ``window``, ``qk_norm`` and ``softcap``).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
         ln2, mlp: LayerNorm (or RMSNorm) and ``nn.Sequential(Linear, GELU/ReLU,
@@ -181,7 +184,8 @@ class TransformerBlock(nn.Module):
         stable = {"qk_norm": config.qk_norm, "softcap": config.softcap}  # default: both off
         self.attn = MultiHeadAttention(
             d, config.num_heads, dropout=config.dropout, causal=config.causal,
-            num_kv_heads=config.num_kv_heads, positional=config.positional, **stable,
+            num_kv_heads=config.num_kv_heads, positional=config.positional,
+            window=config.window, **stable,
         )
         if config.cross_attention:
             self.ln_cross = make_norm(config.norm, d, eps)

@@ -54,7 +54,7 @@ from selfattn._checks import (
 )
 from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.feedforward import swiglu_width
-from selfattn.kv_cache import KVCache, check_kv_cache
+from selfattn.kv_cache import KVCache, RollingKVCache, check_kv_cache
 from selfattn.normalization import make_norm
 from selfattn.perplexity import token_nll
 from selfattn.positional import (
@@ -83,6 +83,8 @@ class LMConfig:
     positional: str = "learned"  # "learned" (trainable table) or "sinusoidal" (fixed) added
     # to the embeddings; "rope" or "alibi" inside attention; "none": no positions at all
     num_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: num_heads
+    window: int | None = None  # sliding-window attention in every block (needs causal): each
+    # token sees its last `window` tokens, itself included; None: all earlier tokens
     norm: str = "layernorm"  # every norm of the model (blocks and final): "layernorm"/"rmsnorm"
     activation: str = "gelu"  # each block's MLP: "gelu", "relu" or "swiglu" (the gated MLP)
     qk_norm: bool = False  # every attention normalises its heads' queries and keys (QK-norm)
@@ -99,7 +101,7 @@ class LMConfig:
                 f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
             )
         self.block_config()  # BlockConfig checks d_ff, num_heads | d_model, num_kv_heads,
-        # norm, activation, qk_norm and softcap (with the same messages)
+        # window, norm, activation, qk_norm and softcap (with the same messages)
 
     @property
     def ff_dim(self) -> int:
@@ -116,8 +118,8 @@ class LMConfig:
         return BlockConfig(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim,
                            dropout=float(self.dropout), norm_first=True,
                            activation=self.activation, causal=self.causal,
-                           num_kv_heads=self.num_kv_heads, positional=inside, norm=self.norm,
-                           qk_norm=self.qk_norm, softcap=self.softcap)
+                           num_kv_heads=self.num_kv_heads, positional=inside, window=self.window,
+                           norm=self.norm, qk_norm=self.qk_norm, softcap=self.softcap)
 
 
 class TinyLM(nn.Module):
@@ -168,7 +170,14 @@ class TinyLM(nn.Module):
         return self.head(self.ln_f(x))  # (batch, L, vocab_size)
 
     def new_caches(self) -> list[KVCache]:
-        """One empty :class:`~selfattn.kv_cache.KVCache` per block, for :meth:`forward`."""
+        """One empty :class:`~selfattn.kv_cache.KVCache` per block, for :meth:`forward`.
+
+        With ``config.window`` each is a :class:`~selfattn.kv_cache.RollingKVCache`
+        of that window: it holds ``window`` tokens at most, and the logits equal
+        the full windowed pass (every block looks back ``window`` tokens only).
+        """
+        if self.config.window is not None:
+            return [RollingKVCache(self.config.window) for _ in self.blocks]
         return [KVCache() for _ in self.blocks]
 
     def forward(self, idx: Tensor, kv_caches: list[KVCache] | None = None) -> Tensor:
@@ -178,7 +187,7 @@ class TinyLM(nn.Module):
             idx: ``(batch, L)`` integer token ids in ``[0, vocab_size)``.
             kv_caches: optional list of one :class:`~selfattn.kv_cache.KVCache`
                 per block (:meth:`new_caches`). The tokens of ``idx`` are then
-                the positions *after* the ``cached_len`` tokens already in the
+                the positions *after* the ``tokens_seen`` tokens already in the
                 caches; their keys/values are appended, and the result equals the
                 last ``L`` rows of a forward pass over the whole sequence
                 (causal models only).
@@ -190,7 +199,7 @@ class TinyLM(nn.Module):
         Raises:
             TypeError: ``idx`` is not an integer tensor; ``kv_caches`` is not a
                 list of KVCache.
-            ValueError: ``idx`` not 2-D or empty, ``cached_len + L >
+            ValueError: ``idx`` not 2-D or empty, ``tokens_seen + L >
                 config.seq_len``, an id out of range (the message gives the shape
                 and the range seen), the wrong number of caches, or caches on a
                 non-causal model.
@@ -214,7 +223,7 @@ class TinyLM(nn.Module):
             raise ValueError(
                 "kv_caches: a KV cache is only valid for a causal model (config.causal=True)"
             )
-        offset = len(kv_caches[0])
+        offset = kv_caches[0].tokens_seen  # the position of idx[:, 0]
         check_token_ids(idx, self.config.vocab_size, seq_len=self.config.seq_len,
                         cached_len=offset)
         query_shape = (idx.shape[0], idx.shape[1], self.config.d_model)
@@ -297,8 +306,8 @@ class TinyLM(nn.Module):
                     break
                 if caches is None:
                     logits = self._logits(out[:, -window:])[:, -1]  # (batch, V)
-                elif len(caches[0]) < window:  # room left: feed only the new token
-                    logits = self._logits(nxt, caches, offset=len(caches[0]))[:, -1]
+                elif caches[0].tokens_seen < window:  # room left: feed only the new token
+                    logits = self._logits(nxt, caches, offset=caches[0].tokens_seen)[:, -1]
                 else:  # the window slides: every position shifts, rebuild the cache
                     caches = self.new_caches()
                     logits = self._logits(out[:, -window:], caches)[:, -1]  # (batch, V)
