@@ -652,3 +652,67 @@ def test_bad_additive_mask_found_by_one_reduction(bad):
     for need in (True, False):
         with pytest.raises(ValueError, match=msg("mask: an additive mask may hold finite")):
             scaled_dot_product_attention(q, q, q, mask, need_weights=need)
+
+
+# ================================================================ soft-capping (softcap=c)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_softcap_is_c_tanh_of_the_scores_before_the_mask(backend):
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.normal(size=(2, 5, 4)) * 1.5 for _ in range(3))
+    mask = np.tril(np.ones((5, 5), dtype=bool))  # causal: True = may attend
+    if backend == "torch":
+        q, k, v = (torch.from_numpy(a) for a in (q, k, v))
+    c = 1.5
+    raw = attention_scores(q, k)
+    capped = attention_scores(q, k, softcap=c)
+    raw_np, capped_np = np.asarray(raw), np.asarray(capped)
+    assert np.allclose(capped_np, c * np.tanh(raw_np / c), atol=1e-12)
+    assert np.abs(capped_np).max() <= c < np.abs(raw_np).max()  # the cap binds here
+    context, weights = scaled_dot_product_attention(q, k, v, mask, softcap=c)
+    s = np.where(mask, c * np.tanh(raw_np / c), -np.inf)  # cap, then mask
+    expected = np.exp(s - s.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    assert np.allclose(np.asarray(weights), expected, atol=1e-12)
+    assert np.allclose(np.asarray(context), expected @ np.asarray(v), atol=1e-12)
+    assert np.all(np.asarray(weights)[..., ~mask] == 0)  # masked keys stay at weight 0
+    # without the cap the weights differ: the test can fail
+    _, plain = scaled_dot_product_attention(q, k, v, mask)
+    assert np.abs(np.asarray(plain) - expected).max() > 1e-2
+
+
+def test_softcap_need_weights_false_same_context_and_large_cap_changes_little():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 8, dtype=torch.float64) for _ in range(3))
+    c1, w1 = scaled_dot_product_attention(q, k, v, softcap=2.0)
+    c2, w2 = scaled_dot_product_attention(q, k, v, softcap=2.0, need_weights=False)
+    assert w2 is None and torch.allclose(c1, c2, atol=1e-12)
+    # |c tanh(s/c) - s| <= |s|^3 / (3 c^2): a cap far above the scores is nearly no cap
+    s = attention_scores(q, k)
+    big = 1e3
+    assert (attention_scores(q, k, softcap=big) - s).abs().max() <= (
+        s.abs().max() ** 3 / (3 * big**2))
+    plain, _ = scaled_dot_product_attention(q, k, v)
+    capped, _ = scaled_dot_product_attention(q, k, v, softcap=big)
+    assert torch.allclose(plain, capped, atol=1e-4)
+
+
+def test_softcap_gradient_is_finite_and_checked():
+    q = torch.randn(1, 4, 3, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 4, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 4, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: scaled_dot_product_attention(a, b, c, mask, softcap=0.7)[0], (q, k, v))
+
+
+@pytest.mark.parametrize(("cap", "exc"), [(0.0, ValueError), (-2.0, ValueError),
+                                          (float("inf"), ValueError), (float("nan"), ValueError),
+                                          ("5", TypeError), (True, TypeError)])
+def test_bad_softcap(cap, exc):
+    q = np.zeros((2, 3))
+    with pytest.raises(exc, match=msg("softcap:")):
+        scaled_dot_product_attention(q, q, q, softcap=cap)
+    with pytest.raises(exc, match=msg("softcap:")):
+        attention_scores(q, q, softcap=cap)

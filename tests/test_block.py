@@ -9,9 +9,11 @@ from torch import nn
 
 from checking import checked_names
 from selfattn.block import BlockConfig, TransformerBlock
+from selfattn.feedforward import SwiGLU, swiglu_width
 from selfattn.kv_cache import KVCache, RollingKVCache
 from selfattn.language_model import LMConfig, TinyLM
 from selfattn.masks import key_padding_to_attention_mask, padding_mask
+from selfattn.normalization import RMSNorm
 
 D, H, FF = 16, 4, 24
 
@@ -256,3 +258,113 @@ def test_attention_only_block_is_the_attention_sublayer_alone(norm_first: bool) 
     with pytest.raises(ValueError, match="attention-only"):
         TransformerBlock(BlockConfig(D, H, d_ff=FF, attention_only=True)).copy_from_torch(
             _encoder(True, "gelu", torch.float32))
+
+
+# ---------------------------------------------------------------- RMSNorm, SwiGLU, QK-norm, cap
+
+
+def test_rmsnorm_swiglu_block_equals_torch_rmsnorm_and_the_swiglu_formula() -> None:
+    """Pre-norm block with norm="rmsnorm", activation="swiglu": x + attn(RMSNorm_1(x)), then
+    + W_2(SiLU(h W_1) ⊙ h W_3) with h = RMSNorm_2 of that, the norms torch.nn.RMSNorm."""
+    torch.manual_seed(0)
+    block = TransformerBlock(BlockConfig(D, H, norm="rmsnorm", activation="swiglu",
+                                         causal=True)).double().eval()
+    refs = []
+    for ours in (block.ln1, block.ln2):
+        ref = nn.RMSNorm(D, eps=1e-5).double()
+        with torch.no_grad():
+            ours.weight.copy_(1.0 + 0.3 * torch.randn(D, dtype=torch.float64))
+            ref.weight.copy_(ours.weight)
+        refs.append(ref)
+    x = torch.randn(2, 6, D, dtype=torch.float64)
+    with torch.no_grad():
+        mid = x + block.attn(refs[0](x))[0]
+        h = refs[1](mid)
+        u = h @ block.mlp.w_1.weight.T
+        gated = (u * torch.sigmoid(u)) * (h @ block.mlp.w_3.weight.T)  # SiLU(h W_1) ⊙ h W_3
+        expected = mid + gated @ block.mlp.w_2.weight.T
+        assert torch.allclose(block(x), expected, atol=1e-12, rtol=0)
+        # LayerNorm/GELU with the same attention weights gives other numbers
+        plain = TransformerBlock(BlockConfig(D, H, causal=True)).double().eval()
+        plain.attn.load_state_dict(block.attn.state_dict())
+        assert (plain(x) - block(x)).abs().max() > 1e-2
+
+
+def test_post_norm_rmsnorm_output_has_rms_one() -> None:
+    torch.manual_seed(1)
+    block = TransformerBlock(BlockConfig(D, H, norm_first=False, norm="rmsnorm")).double()
+    y = block(3.0 + torch.randn(2, 5, D, dtype=torch.float64))
+    rms = y.pow(2).mean(-1).sqrt()
+    assert torch.allclose(rms, torch.ones_like(rms), atol=1e-5)  # the last op is an RMSNorm
+    assert y.mean(-1).abs().max() > 1e-3  # ... which does not centre: not a LayerNorm
+
+
+def test_modern_block_parameter_counts() -> None:
+    d = 32
+    classic = TransformerBlock(BlockConfig(d, 4))
+    modern = TransformerBlock(BlockConfig(d, 4, norm="rmsnorm", activation="swiglu"))
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    h = swiglu_width(d)
+    assert modern.config.ff_dim == h == 85 and modern.mlp.d_ff == h
+    assert count(classic.mlp) == 8 * d * d + 5 * d and count(modern.mlp) == 3 * d * h
+    assert count(modern.ln1) == d and count(classic.ln1) == 2 * d
+    assert count(modern) == count(classic.attn) + 3 * d * h + 2 * d
+    assert BlockConfig(d, 4, activation="swiglu", d_ff=64).ff_dim == 64  # an explicit d_ff wins
+
+
+def test_qk_norm_and_softcap_reach_every_attention_of_the_block() -> None:
+    block = TransformerBlock(BlockConfig(D, H, cross_attention=True, qk_norm=True, softcap=7.0))
+    for attn in (block.attn, block.cross_attn):
+        assert attn.qk_norm and attn.softcap == 7.0 and hasattr(attn, "q_norm")
+    plain = TransformerBlock(BlockConfig(D, H, cross_attention=True))
+    assert not plain.attn.qk_norm and plain.cross_attn.softcap is None
+    assert not BlockConfig(D, H, softcap=7.0).plain_attention
+    assert BlockConfig(D, H).plain_attention
+
+
+def test_modern_block_errors() -> None:
+    with pytest.raises(ValueError, match=r"norm: expected one of \('layernorm', 'rmsnorm'\)"):
+        BlockConfig(8, 2, norm="batchnorm")
+    with pytest.raises(ValueError, match=r"activation.*'swiglu'.*'silu'"):
+        BlockConfig(8, 2, activation="silu")
+    with pytest.raises(TypeError, match="qk_norm: expected a bool"):
+        BlockConfig(8, 2, qk_norm="yes")
+    with pytest.raises(ValueError, match="softcap"):
+        BlockConfig(8, 2, softcap=-3.0)
+    layer = _encoder(True, "gelu", torch.float32)
+    with pytest.raises(ValueError, match="its norm is 'layernorm' but this block has norm="):
+        TransformerBlock(BlockConfig(D, H, d_ff=FF, norm="rmsnorm")).copy_from_torch(layer)
+    with pytest.raises(ValueError, match="activation"):
+        TransformerBlock(BlockConfig(D, H, d_ff=FF, activation="swiglu")).copy_from_torch(layer)
+    with pytest.raises(ValueError, match="qk_norm=True"):
+        TransformerBlock(BlockConfig(D, H, d_ff=FF, qk_norm=True)).copy_from_torch(layer)
+
+
+def test_lmconfig_passes_the_options_to_every_block_and_the_final_norm() -> None:
+    cfg = LMConfig(vocab_size=13, seq_len=8, d_model=D, num_heads=H, num_layers=2,
+                   norm="rmsnorm", activation="swiglu", qk_norm=True, softcap=20.0)
+    assert cfg.ff_dim == swiglu_width(D)
+    torch.manual_seed(2)
+    model = TinyLM(cfg).double().eval()
+    assert isinstance(model.ln_f, RMSNorm)
+    for blk in model.blocks:
+        c = blk.config
+        assert (c.norm, c.activation, c.qk_norm, c.softcap) == ("rmsnorm", "swiglu", True, 20.0)
+        assert isinstance(blk.ln1, RMSNorm) and isinstance(blk.mlp, SwiGLU)
+    d, h = D, swiglu_width(D)
+    per_block = (4 * d * d + 4 * d + 2 * (d // H)) + 3 * d * h + 2 * d  # attn (+ gains), MLP, norms
+    assert model.num_parameters() == 13 * d + 8 * d + 2 * per_block + d + d * 13 + 13
+    idx = torch.randint(0, 13, (2, 8), generator=torch.Generator().manual_seed(3))
+    full = model(idx)
+    caches = model.new_caches()
+    steps = [model(idx[:, t : t + 1], caches) for t in range(8)]
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-12)
+    default = LMConfig(vocab_size=13, seq_len=8)
+    assert (default.norm, default.activation, default.qk_norm, default.softcap) == (
+        "layernorm", "gelu", False, None)
+    with pytest.raises(ValueError, match="norm"):
+        LMConfig(vocab_size=13, seq_len=8, norm="rms")
+    with pytest.raises(ValueError, match="activation"):
+        LMConfig(vocab_size=13, seq_len=8, activation="swish")
+    with pytest.raises(TypeError, match="softcap"):
+        LMConfig(vocab_size=13, seq_len=8, softcap="30")

@@ -16,6 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -986,3 +987,162 @@ def test_each_input_is_checked_once(monkeypatch):
     seen.clear()
     SelfAttention(8, 4)(x)
     assert seen == ["x", "query, key"]
+
+
+# ================================================================ QK-norm and soft-capping
+
+
+def _gains(layer, seed=0):
+    """Give QK-norm's gains random values (they start at 1), so a mix-up of q and k shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for norm in (layer.q_norm, layer.k_norm):
+            norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape, generator=g,
+                                                      dtype=norm.weight.dtype))
+    return layer
+
+
+@pytest.mark.parametrize("positional", [None, "rope", "alibi"])
+@pytest.mark.parametrize("num_kv_heads", [None, 1])
+def test_qk_norm_equals_torch_rmsnorm_then_sdpa(positional, num_kv_heads):
+    """Reference: torch.nn.RMSNorm over head_dim on the projected queries and keys (the
+    layer's gains copied), RoPE, then F.scaled_dot_product_attention with the causal mask
+    (and ALiBi's bias as an additive mask)."""
+    from selfattn.positional import alibi_bias, apply_rotary
+
+    torch.manual_seed(3)
+    d, h, hd = 16, 4, 4
+    layer = MultiHeadAttention(d, h, causal=True, qk_norm=True, num_kv_heads=num_kv_heads,
+                               positional=positional).double().eval()
+    _gains(layer)
+    x = torch.randn(2, 7, d, dtype=torch.float64)
+    out, w = layer(x, average_weights=False)
+    g = layer.num_kv_heads
+    q = layer.w_q(x).reshape(2, 7, h, hd).transpose(1, 2)  # (2, h, 7, hd)
+    k = layer.w_k(x).reshape(2, 7, g, hd).transpose(1, 2)  # (2, g, 7, hd)
+    v = layer.w_v(x).reshape(2, 7, g, hd).transpose(1, 2)
+    rms_q, rms_k = torch.nn.RMSNorm(hd, eps=1e-6).double(), torch.nn.RMSNorm(hd, eps=1e-6).double()
+    with torch.no_grad():
+        rms_q.weight.copy_(layer.q_norm.weight)
+        rms_k.weight.copy_(layer.k_norm.weight)
+        q, k = rms_q(q), rms_k(k)
+        if positional == "rope":
+            q, k = apply_rotary(q, torch.arange(7)), apply_rotary(k, torch.arange(7))
+        mask = torch.ones(7, 7, dtype=torch.bool).tril()  # True = may attend
+        if positional == "alibi":
+            mask = torch.where(mask, alibi_bias(h, 7, 7, like=q), float("-inf"))
+        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=g < h)
+        ref = layer.w_o(ctx.transpose(1, 2).reshape(2, 7, d))
+    torch.testing.assert_close(out, ref, **TOL[torch.float64])
+    # without QK-norm the same weights give other outputs: the test can fail
+    plain = MultiHeadAttention(d, h, causal=True, num_kv_heads=num_kv_heads,
+                               positional=positional).double().eval()
+    plain.load_state_dict({k: v for k, v in layer.state_dict().items() if "norm" not in k})
+    assert (plain(x)[0] - out).abs().max() > 1e-3
+
+
+def test_qk_norm_bounds_the_scores_and_ignores_the_size_of_q_and_k():
+    """|q̂ · k̂| / sqrt(d_k) <= sqrt(d_k) max|g_q| max|g_k|: QK-norm bounds every score by
+    the gains, whatever the size of the weights; scaling the input changes no weight."""
+    torch.manual_seed(4)
+    layer = _gains(MultiHeadAttention(16, 2, bias=False, qk_norm=True).double(), seed=1)
+    x = torch.randn(3, 9, 16, dtype=torch.float64)
+    s = layer.scores(x)  # (3, 2, 9, 9)
+    bound = math.sqrt(8) * layer.q_norm.weight.abs().max() * layer.k_norm.weight.abs().max()
+    assert s.abs().max() <= bound
+    with torch.no_grad():
+        layer.w_q.weight.mul_(100.0)  # weights 100 times larger: the scores stay as they were
+    # (up to eps = 1e-6 against mean squares of about 0.1: differences of order 1e-5)
+    torch.testing.assert_close(layer.scores(x), s, rtol=0, atol=1e-4)
+    _, w = layer(x, average_weights=False)
+    _, w_big = layer(1000.0 * x, average_weights=False)  # no bias: q, k scale with x
+    torch.testing.assert_close(w_big, w, rtol=0, atol=1e-4)
+    plain = MultiHeadAttention(16, 2, bias=False).double()
+    plain.load_state_dict({k: v for k, v in layer.state_dict().items() if "norm" not in k})
+    assert plain.scores(x).abs().max() > 10 * bound  # without it: 100 x larger weights show
+
+
+def test_softcap_in_the_layer_equals_the_formula_and_caps_before_the_mask():
+    torch.manual_seed(5)
+    c = 2.0
+    layer = MultiHeadAttention(16, 4, causal=True, softcap=c).double().eval()
+    with torch.no_grad():
+        layer.w_q.weight.mul_(6.0)  # large scores, so that the cap binds
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    out, w = layer(x, average_weights=False)
+    raw = layer.scores(x, capped=False)  # (2, 4, 6, 6), -inf above the diagonal
+    capped = layer.scores(x)
+    seen = torch.isfinite(raw)
+    assert raw[seen].abs().max() > 3 * c  # the raw scores pass the cap ...
+    assert capped[seen].abs().max() <= c  # ... the capped ones do not
+    torch.testing.assert_close(capped[seen], c * torch.tanh(raw[seen] / c), rtol=0, atol=1e-12)
+    torch.testing.assert_close(w, torch.softmax(capped, -1), **TOL[torch.float64])
+    assert (w.triu(1) == 0).all()  # capped before the mask: the future keeps weight 0
+    v = layer.w_v(x).reshape(2, 6, 4, 4).transpose(1, 2)
+    ref = layer.w_o((torch.softmax(capped, -1) @ v).transpose(1, 2).reshape(2, 6, 16))
+    torch.testing.assert_close(out, ref, **TOL[torch.float64])
+    out_nw, w_nw = layer(x, need_weights=False)  # no fused shortcut with a cap
+    assert w_nw is None
+    torch.testing.assert_close(out_nw, out, **TOL[torch.float64])
+    uncapped = MultiHeadAttention(16, 4, causal=True).double().eval()
+    uncapped.load_state_dict(layer.state_dict())
+    assert (uncapped(x)[0] - out).abs().max() > 1e-2  # the cap changed the output
+
+
+def test_scores_softmax_is_the_weights_with_every_option():
+    torch.manual_seed(6)
+    for kw in ({}, {"positional": "alibi", "num_kv_heads": 2}, {"positional": "rope"},
+               {"qk_norm": True, "softcap": 3.0, "positional": "rope"},
+               {"qk_norm": True, "window": 3}):
+        layer = MultiHeadAttention(16, 4, causal=True, **kw).double()
+        x = torch.randn(2, 5, 16, dtype=torch.float64)
+        pad = key_padding_to_attention_mask(padding_mask([5, 3], 5))
+        _, w = layer(x, mask=pad, average_weights=False)
+        s = layer.scores(x, mask=pad)
+        torch.testing.assert_close(torch.softmax(s, -1), w, **TOL[torch.float64])
+        assert layer.scores(x[0]).shape == (4, 5, 5)  # unbatched
+        assert not s.requires_grad
+
+
+def test_kv_cache_with_qk_norm_softcap_and_rope_equals_full():
+    torch.manual_seed(7)
+    layer = MultiHeadAttention(16, 4, causal=True, qk_norm=True, softcap=1.5,
+                               positional="rope", num_kv_heads=2).double().eval()
+    _gains(layer)
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    full, _ = layer(x)
+    cache = KVCache()
+    steps = [layer(x[:, t : t + 1], kv_cache=cache)[0] for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, **TOL[torch.float64])
+
+
+def test_qk_norm_and_softcap_config_round_trip_and_parameters():
+    layer = MultiHeadAttention(16, 4, qk_norm=True, softcap=30)
+    assert layer.config.qk_norm is True and layer.config.softcap == 30.0
+    again = MultiHeadAttention.from_config(layer.config)
+    assert again.qk_norm and again.softcap == 30.0
+    n_plain = sum(p.numel() for p in MultiHeadAttention(16, 4).parameters())
+    assert sum(p.numel() for p in layer.parameters()) == n_plain + 2 * 4  # two gains of head_dim
+    assert "qk_norm=True" in repr(layer) and "qk_norm" not in repr(MultiHeadAttention(16, 4))
+
+
+def test_bad_input_qk_norm_and_softcap():
+    with raises(ValueError, "softcap", "finite float > 0", "0"):
+        MultiHeadAttention(8, 2, softcap=0)
+    with raises(ValueError, "softcap", "-1.0"):
+        MultiHeadAttentionConfig(8, 2, softcap=-1.0)
+    with raises(TypeError, "softcap", "str"):
+        MultiHeadAttention(8, 2, softcap="50")
+    with raises(TypeError, "qk_norm", "bool", "int"):
+        MultiHeadAttention(8, 2, qk_norm=1)
+    with raises(ValueError, "softcap", "use_fused=False"):
+        MultiHeadAttention(8, 2, softcap=5.0, use_fused=True)
+    layer = MultiHeadAttention(8, 2, softcap=5.0)
+    layer.use_fused = True  # switched on the instance later: refused when it attends
+    with raises(ValueError, "softcap", "use_fused=False"):
+        layer(torch.randn(1, 3, 8))
+    for kw in ({"qk_norm": True}, {"softcap": 5.0}):
+        with raises(ValueError, "no QK-norm and no soft-capping"):
+            MultiHeadAttention(8, 2, **kw).copy_from_torch(torch.nn.MultiheadAttention(8, 2))
+    with raises(ValueError, "query", "last dimension 8", "(1, 3, 5)"):
+        MultiHeadAttention(8, 2, qk_norm=True).scores(torch.randn(1, 3, 5))

@@ -52,3 +52,33 @@ def test_still_importable_from_language_model() -> None:
     assert language_model.learning_rate_schedule is training.learning_rate_schedule
     with pytest.raises(AttributeError, match="no attribute 'train_model'"):
         language_model.train_model  # noqa: B018
+
+
+def test_callback_sees_every_recorded_step_and_changes_nothing() -> None:
+    """The callback runs at step 0 and with every history entry, on the model as it is
+    then; measuring the model there (in eval mode) leaves the training run unchanged."""
+    tokens = np.random.default_rng(0).integers(0, 7, size=400)
+    cfg = LMConfig(vocab_size=7, seq_len=8, d_model=16, num_heads=2, num_layers=1, dropout=0.1)
+    probe = torch.as_tensor(tokens[:16].reshape(2, 8))
+
+    def run(callback):
+        torch.manual_seed(0)
+        model = TinyLM(cfg)
+        history = train_language_model(model, tokens, steps=12, batch_size=4, eval_every=5,
+                                       seed=3, callback=callback)
+        return model, history
+
+    seen: list[tuple[int, float]] = []
+
+    def measure(step, model):
+        model.eval()
+        with torch.no_grad():
+            seen.append((step, model(probe).abs().sum().item()))
+
+    model, history = run(measure)
+    assert [s for s, _ in seen] == [r["step"] for r in history] == [0, 5, 10, 12]
+    _, plain = run(None)
+    assert [r["train_loss"] for r in history] == [r["train_loss"] for r in plain]
+    with torch.no_grad():
+        assert seen[-1][1] == model.eval()(probe).abs().sum().item()  # the final model
+    assert len({v for _, v in seen}) == 4  # it changed between the calls

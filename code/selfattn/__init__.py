@@ -11,6 +11,7 @@ from selfattn.attention import (
 )
 from selfattn.block import BlockConfig, TransformerBlock
 from selfattn.data import CharTokenizer, MarkovSource, batches, fit_bigram
+from selfattn.feedforward import SwiGLU, swiglu_width
 from selfattn.grouped import GroupedQueryAttention
 from selfattn.kernel_regression import (
     gaussian_kernel_scores,
@@ -37,6 +38,7 @@ from selfattn.masks import (
     to_blocked_mask,
     window_mask_from_positions,
 )
+from selfattn.normalization import RMSNorm, make_norm
 from selfattn.perplexity import (
     bits_per_token,
     negative_log_likelihood,
@@ -84,6 +86,9 @@ __all__ = [
     "fit_bigram",
     # examples (submodule: the worked-example inputs)
     "examples",
+    # feedforward (the gated MLP of modern blocks)
+    "SwiGLU",
+    "swiglu_width",
     # grouped (MultiHeadAttention under its grouped-query name)
     "GroupedQueryAttention",
     # kernel_regression (Nadaraya–Watson: attention as kernel regression)
@@ -114,6 +119,9 @@ __all__ = [
     "to_additive_mask",
     "to_blocked_mask",
     "window_mask_from_positions",
+    # normalization (RMSNorm; LayerNorm or RMSNorm by name)
+    "RMSNorm",
+    "make_norm",
     # perplexity
     "bits_per_token",
     "negative_log_likelihood",

@@ -138,6 +138,26 @@ def check_dropout(p: Any) -> float:
     return float(p)
 
 
+def check_softcap(softcap: Any) -> float | None:
+    """``softcap`` as a float, or None (no capping); ``TypeError`` unless None or a real
+    number, ``ValueError`` unless finite and > 0."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(
+        softcap, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(
+            f"softcap: expected None or a float > 0 (the cap c of c*tanh(s/c)), "
+            f"got {type(softcap).__name__}"
+        )
+    if not (math.isfinite(float(softcap)) and float(softcap) > 0):
+        raise ValueError(
+            f"softcap: expected None or a finite float > 0 (the cap c of c*tanh(s/c)), "
+            f"got {softcap}"
+        )
+    return float(softcap)
+
+
 # ---------------------------------------------------------------- attention operands
 Q_LEGEND = "(..., q_len, head_dim)"
 K_LEGEND = "(..., k_len, head_dim)"

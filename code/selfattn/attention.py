@@ -3,6 +3,7 @@
 The computation is written out step by step, exactly as the book derives it::
 
     S = Q Kᵀ · scale          scores,   (..., q_len, k_len)   scale = 1/sqrt(head_dim)
+    S = c tanh(S / c)         soft-capping, only with softcap=c (off by default)
     S[~M] = -inf              mask      (bool M: True = may attend; or S + M if M is additive)
     A = softmax(S, rows)      weights,  (..., q_len, k_len)   each row sums to 1
     C = A V                   context,  (..., q_len, head_dim_v)
@@ -13,6 +14,12 @@ step 4 is ``torch.softmax`` (the same stable softmax, in one fused kernel)
 and the scale multiplies Q before the product (L x head_dim numbers, not
 L x L). ``need_weights=False`` skips S and A altogether and calls PyTorch's
 fused kernel for C; it returns the same context (to rounding) and ``None``.
+
+**Soft-capping** (``softcap=c``, as in Gemma 2) squashes every score into
+``[-c, c]`` with ``c tanh(S / c)`` before the mask: a score much smaller than
+``c`` is nearly unchanged (``tanh u ≈ u``), a large one can never pass ``c``.
+PyTorch's fused kernel has no such step, so with a cap the weights are always
+formed, also for ``need_weights=False``.
 
 Shape legend (the book's notation):
 
@@ -44,7 +51,7 @@ backends or dtypes, an integer mask, a non-numeric scale) or ``ValueError``
 (too few dims, empty sequences, ``head_dim`` of query and key differ, key and
 value lengths differ, leading dims that do not broadcast, a mask shape that
 does not broadcast to the scores, NaN/inf in the inputs, NaN/+inf in an
-additive mask, ``scale <= 0``, scores that overflow). Messages name the
+additive mask, ``scale <= 0``, ``softcap <= 0``, scores that overflow). Messages name the
 argument, the shape seen and the shape expected.
 """
 
@@ -62,6 +69,7 @@ from selfattn._checks import (
     check_operand,
     check_qk,
     check_qkv,
+    check_softcap,
     is_tensor,
     shape_of,
 )
@@ -123,6 +131,18 @@ def _scores(
     return scores
 
 
+def _soft_cap(scores: Any, cap: float | None) -> Any:
+    """``cap * tanh(scores / cap)`` (NumPy or torch), or ``scores`` unchanged if ``cap`` is None.
+
+    Applied before the mask: capped after it, a blocked score of -inf would become
+    -cap and its key would get a weight."""
+    if cap is None:
+        return scores
+    if is_tensor(scores):
+        return cap * torch.tanh(scores / cap)  # (..., q_len, k_len), in [-cap, cap]
+    return cap * np.tanh(scores / cap)  # (..., q_len, k_len), in [-cap, cap]
+
+
 def _check_overflow(result: Any, scores_shape: tuple[int, ...], names: str) -> None:
     """``ValueError`` if ``result`` (the scores, or the context computed from them) is not
     finite: the inputs were finite, so a score overflowed. One reduction."""
@@ -166,7 +186,9 @@ def simple_self_attention(x: Array) -> tuple[Array, Array]:
     return context, weights
 
 
-def attention_scores(query: Array, key: Array, *, scale: float | None = None) -> Array:
+def attention_scores(
+    query: Array, key: Array, *, scale: float | None = None, softcap: float | None = None
+) -> Array:
     """Attention scores ``S = Q Kᵀ · scale`` (before the mask and softmax).
 
     Args:
@@ -175,6 +197,8 @@ def attention_scores(query: Array, key: Array, *, scale: float | None = None) ->
             leading dims broadcast with ``query``'s.
         scale: multiplier, default ``1/sqrt(head_dim)``; pass ``1.0`` for plain
             dot products. Must be a positive finite number.
+        softcap: optional cap ``c > 0``: return ``c tanh(S / c)``, no score
+            beyond ``±c`` (Gemma 2's soft-capping). None: no cap.
 
     Returns:
         scores ``(..., q_len, k_len)``, same backend and dtype as the inputs.
@@ -185,7 +209,8 @@ def attention_scores(query: Array, key: Array, *, scale: float | None = None) ->
     """
     check_qk(query, key)
     factor = _resolve_scale(scale, shape_of(query)[-1])
-    return _scores(query, key, factor)
+    cap = check_softcap(softcap)
+    return _soft_cap(_scores(query, key, factor), cap)  # (..., q_len, k_len)
 
 
 def scaled_dot_product_attention(
@@ -196,6 +221,7 @@ def scaled_dot_product_attention(
     *,
     scale: float | None = None,
     need_weights: bool = True,
+    softcap: float | None = None,
 ) -> tuple[Array, Array | None]:
     """Scaled dot-product attention, ``C = softmax(Q Kᵀ · scale + mask) V``.
 
@@ -217,6 +243,9 @@ def scaled_dot_product_attention(
         need_weights: return the weights (default). ``False`` returns ``None``
             instead and, for torch tensors, computes the context with PyTorch's
             fused kernel, which never forms the ``(q_len, k_len)`` matrices.
+        softcap: optional cap ``c > 0``: the scores become ``c tanh(S / c)``
+            before the mask (Gemma 2's soft-capping); the fused kernel is then
+            never used. None (default): no cap.
 
     Returns:
         ``(context, weights)``:
@@ -246,15 +275,17 @@ def scaled_dot_product_attention(
     # 1. validate the inputs (see the module docstring)
     check_qkv(query, key, value)
     factor = _resolve_scale(scale, shape_of(query)[-1])
+    cap = check_softcap(softcap)
     scores_shape = _scores_shape(query, key)  # (..., q_len, k_len)
     if mask is not None:
         mask = as_mask(mask, query)  # backend, device and dtype of query
         check_mask_shape(mask, scores_shape, "the scores (..., q_len, k_len)")
     if is_tensor(query):
-        return _torch_attention(query, key, value, mask, factor, scores_shape, need_weights)
+        return _torch_attention(query, key, value, mask, factor, scores_shape, need_weights,
+                                cap)
 
-    # 2. scores S = Q Kᵀ · scale
-    scores = _scores(query, key, factor)  # (..., q_len, k_len)
+    # 2. scores S = Q Kᵀ · scale, soft-capped to [-c, c] if a cap c is given
+    scores = _soft_cap(_scores(query, key, factor), cap)  # (..., q_len, k_len)
 
     # 3. mask: blocked scores become -inf, so softmax gives them weight 0
     if mask is not None:
@@ -272,7 +303,8 @@ def scaled_dot_product_attention(
 
 
 def scaled_dot_product_attention_unchecked(
-    query: Any, key: Any, value: Any, mask: Any = None, *, need_weights: bool = True
+    query: Any, key: Any, value: Any, mask: Any = None, *, need_weights: bool = True,
+    softcap: float | None = None,
 ) -> tuple[Any, Any]:
     """:func:`scaled_dot_product_attention` of torch tensors a caller has already checked.
 
@@ -288,21 +320,23 @@ def scaled_dot_product_attention_unchecked(
             device of ``query`` (additive: in its dtype), broadcastable to
             ``(..., q_len, k_len)``.
         need_weights: as for :func:`scaled_dot_product_attention`.
+        softcap: None or a checked cap ``c > 0`` (see
+            :func:`scaled_dot_product_attention`).
     """
     factor = 1.0 / math.sqrt(shape_of(query)[-1])
     return _torch_attention(query, key, value, mask, factor, _scores_shape(query, key),
-                            need_weights)
+                            need_weights, softcap)
 
 
 def _torch_attention(
     query: Any, key: Any, value: Any, mask: Any, factor: float,
-    scores_shape: tuple[int, ...], need_weights: bool,
+    scores_shape: tuple[int, ...], need_weights: bool, cap: float | None = None,
 ) -> tuple[Any, Any]:
     """Steps 2-5 for validated torch tensors (see :func:`scaled_dot_product_attention`)."""
     blocked = None if mask is None else fully_masked_rows(mask)  # (..., q_len, 1)
     if blocked is not None and not bool(blocked.any()):
         blocked = None
-    if not need_weights:
+    if not need_weights and cap is None:
         # PyTorch's fused kernel: C without forming S or A. Its leading dims must match.
         lead = scores_shape[:-2]
         q, k, v = (x.expand(*lead, *x.shape[-2:]) if x.shape[:-2] != lead else x
@@ -313,8 +347,8 @@ def _torch_attention(
         _check_overflow(context, scores_shape, "query, key")
         return context, None
 
-    # 2. scores S = Q Kᵀ · scale (checked through the context below)
-    scores = _scores(query, key, factor, check=False)  # (..., q_len, k_len)
+    # 2. scores S = Q Kᵀ · scale (checked through the context below), capped if asked
+    scores = _soft_cap(_scores(query, key, factor, check=False), cap)  # (..., q_len, k_len)
 
     # 3. mask: blocked scores become -inf, so softmax gives them weight 0
     if mask is not None:
@@ -335,4 +369,4 @@ def _torch_attention(
     # 5. context C = A V
     context = weights @ value  # (..., q_len, k_len) @ (..., k_len, hd_v) -> (..., q_len, hd_v)
     _check_overflow(context, scores_shape, "query, key")
-    return context, weights
+    return context, (weights if need_weights else None)

@@ -15,6 +15,14 @@ d_model)``. With ``attention_only=True`` the block has no MLP sublayer (and no
 LN2): the attention-only blocks in which circuits such as induction heads are
 studied.
 
+**Modern options** (all off by default): ``norm="rmsnorm"`` puts an
+:class:`~selfattn.normalization.RMSNorm` wherever a LayerNorm was;
+``activation="swiglu"`` replaces the MLP by a
+:class:`~selfattn.feedforward.SwiGLU` (``d_ff`` then defaults to
+:func:`~selfattn.feedforward.swiglu_width`, the width with as many weights as
+the ``4 * d_model`` MLP); ``qk_norm`` and ``softcap`` go to every attention
+sublayer of the block (:class:`~selfattn.layers.MultiHeadAttention`).
+
 With ``cross_attention=True`` the block is a decoder block of an
 encoder-decoder model: its second sublayer takes **queries from** ``x`` and
 **keys and values from** ``memory``, the encoder's output. ``causal=True``
@@ -49,15 +57,19 @@ from selfattn._checks import (
     check_dropout,
     check_layer_input,
     check_positive_int,
+    check_softcap,
     check_window,
     shape_of,
 )
+from selfattn.feedforward import SwiGLU, swiglu_width
 from selfattn.kv_cache import KVCache, check_kv_cache
 from selfattn.layers import MultiHeadAttention
+from selfattn.normalization import make_norm
 
 __all__ = ["BlockConfig", "TransformerBlock"]
 
-_ACTIVATIONS = ("gelu", "relu")
+_ACTIVATIONS = ("gelu", "relu", "swiglu")
+_NORMS = ("layernorm", "rmsnorm")
 
 
 @dataclass(frozen=True)
@@ -69,14 +81,18 @@ class BlockConfig:
     d_ff: int | None = None  # hidden width of the MLP; None means 4 * d_model
     dropout: float = 0.0  # drop probability on attention weights and on each sublayer's output
     norm_first: bool = True  # True: pre-LN, x + f(LN(x)); False: post-LN, LN(x + f(x))
-    activation: str = "gelu"  # the MLP's nonlinearity: "gelu" (exact, erf) or "relu"
+    activation: str = "gelu"  # the MLP's nonlinearity: "gelu" (exact, erf), "relu" or
+    # "swiglu" (the gated MLP (SiLU(x W_1) * x W_3) W_2 instead of the two-matrix one)
     causal: bool = False  # self-attention looks back only (a decoder); memory is never masked so
     cross_attention: bool = False  # add a sublayer attending from x to an encoder's memory
-    layer_norm_eps: float = 1e-5  # the epsilon of every LayerNorm (PyTorch's default)
+    layer_norm_eps: float = 1e-5  # the epsilon of every LayerNorm/RMSNorm (PyTorch's default)
     num_kv_heads: int | None = None  # key/value heads of the self-attention; None: num_heads
     positional: str | None = None  # position inside self-attention: None, "rope" or "alibi"
     window: int | None = None  # sliding window of the self-attention (needs causal); None: off
     attention_only: bool = False  # True: no MLP sublayer (and no LN2), attention alone
+    norm: str = "layernorm"  # the normalisation layers: "layernorm" (γ, β) or "rmsnorm" (γ)
+    qk_norm: bool = False  # every attention: RMSNorm each head's queries and keys (QK-norm)
+    softcap: float | None = None  # every attention: scores -> c tanh(scores / c), c = softcap
 
     def __post_init__(self) -> None:
         check_positive_int("d_model", self.d_model)
@@ -92,7 +108,7 @@ class BlockConfig:
             raise ValueError(
                 f"activation: expected one of {_ACTIVATIONS}, got {self.activation!r}"
             )
-        for name in ("norm_first", "causal", "cross_attention", "attention_only"):
+        for name in ("norm_first", "causal", "cross_attention", "attention_only", "qk_norm"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
@@ -110,16 +126,24 @@ class BlockConfig:
                 f"positional: expected None, 'rope' or 'alibi', got {self.positional!r}"
             )
         check_window(self.window, self.causal)
+        if self.norm not in _NORMS:
+            raise ValueError(f"norm: expected one of {_NORMS}, got {self.norm!r}")
+        object.__setattr__(self, "softcap", check_softcap(self.softcap))
 
     @property
     def plain_attention(self) -> bool:
-        """True when the self-attention is ordinary multi-head attention (no GQA, RoPE, ALiBi)."""
-        return self.positional is None and self.num_kv_heads in (None, self.num_heads)
+        """True when the self-attention is ordinary multi-head attention (no GQA, RoPE,
+        ALiBi, QK-norm or soft-capping)."""
+        return (self.positional is None and self.num_kv_heads in (None, self.num_heads)
+                and not self.qk_norm and self.softcap is None)
 
     @property
     def ff_dim(self) -> int:
-        """The MLP hidden width actually used (``d_ff`` or ``4 * d_model``)."""
-        return 4 * self.d_model if self.d_ff is None else self.d_ff
+        """The MLP hidden width actually used, ``d_ff`` or by default ``4 * d_model``
+        (for SwiGLU :func:`~selfattn.feedforward.swiglu_width`, as many weights)."""
+        if self.d_ff is not None:
+            return self.d_ff
+        return swiglu_width(self.d_model) if self.activation == "swiglu" else 4 * self.d_model
 
 
 class TransformerBlock(nn.Module):
@@ -132,13 +156,15 @@ class TransformerBlock(nn.Module):
             GELU, causal or not).
 
     Attributes:
-        ln1, attn: LayerNorm and :class:`~selfattn.layers.MultiHeadAttention`
-            of the self-attention sublayer (with the config's ``num_kv_heads``,
-            ``positional`` and ``window``).
+        ln1, attn: LayerNorm (or RMSNorm, ``norm="rmsnorm"``) and
+            :class:`~selfattn.layers.MultiHeadAttention` of the self-attention
+            sublayer (with the config's ``num_kv_heads``, ``positional``,
+            ``window``, ``qk_norm`` and ``softcap``).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
-        ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)`` (absent
-            with ``attention_only=True``).
+        ln2, mlp: LayerNorm (or RMSNorm) and ``nn.Sequential(Linear, GELU/ReLU,
+            Linear)``, or a :class:`~selfattn.feedforward.SwiGLU` with
+            ``activation="swiglu"`` (both absent with ``attention_only=True``).
         drop: dropout on each sublayer's output.
 
     Raises:
@@ -157,20 +183,25 @@ class TransformerBlock(nn.Module):
         self.config = config
         d, eps = config.d_model, config.layer_norm_eps
         # creation order fixes which random numbers each weight gets: keep it
-        self.ln1 = nn.LayerNorm(d, eps=eps)
+        self.ln1 = make_norm(config.norm, d, eps)
+        stable = {"qk_norm": config.qk_norm, "softcap": config.softcap}  # default: both off
         self.attn = MultiHeadAttention(
             d, config.num_heads, dropout=config.dropout, causal=config.causal,
             num_kv_heads=config.num_kv_heads, positional=config.positional,
-            window=config.window,
+            window=config.window, **stable,
         )
         if config.cross_attention:
-            self.ln_cross = nn.LayerNorm(d, eps=eps)
-            self.cross_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout)
+            self.ln_cross = make_norm(config.norm, d, eps)
+            self.cross_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout,
+                                                 **stable)
         if not config.attention_only:  # an attention-only block has neither ln2 nor mlp
-            self.ln2 = nn.LayerNorm(d, eps=eps)
-            act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
-            self.mlp = nn.Sequential(nn.Linear(d, config.ff_dim), act,
-                                     nn.Linear(config.ff_dim, d))
+            self.ln2 = make_norm(config.norm, d, eps)
+            if config.activation == "swiglu":
+                self.mlp: nn.Module = SwiGLU(d, config.ff_dim)
+            else:
+                act = nn.GELU() if config.activation == "gelu" else nn.ReLU()
+                self.mlp = nn.Sequential(nn.Linear(d, config.ff_dim), act,
+                                         nn.Linear(config.ff_dim, d))
         self.drop = nn.Dropout(config.dropout)
 
     # -- the three sublayers, each returning what is added to the stream --------
@@ -279,8 +310,9 @@ class TransformerBlock(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
+        extra = "" if c.norm == "layernorm" else f", norm={c.norm!r}"  # only when not default
         return (f"norm_first={c.norm_first}, activation={c.activation!r}, causal={c.causal}, "
-                f"cross_attention={c.cross_attention}")
+                f"cross_attention={c.cross_attention}{extra}")
 
 
 def _checked_inputs(

@@ -149,9 +149,12 @@ class RollingKVCache(KVCache):
     to 1e-12 in float64, one token at a time and in chunks).
 
     With ``sinks = k > 0`` the first ``k`` tokens are kept for good and the
-    window keeps the last ``window - k`` (StreamingLLM's "attention sinks"): a
-    query then sees the keys :func:`~selfattn.masks.sliding_window_mask` with
-    ``sinks=k`` allows, at most ``window`` in all.
+    window keeps the last ``window - k`` (the "attention sinks" of StreamingLLM,
+    Xiao et al.): a query then sees the keys
+    :func:`~selfattn.masks.sliding_window_mask` with ``sinks=k`` allows, at most
+    ``window`` in all. Unlike StreamingLLM, which gives the held keys new
+    positions within the cache, every key keeps its position in the text, so
+    with RoPE a sink's offset to the query keeps growing.
 
     An append returns every held key plus the new ones, ``k_len = cached_len +
     new_len`` keys (as :class:`KVCache`), and the layer masks them by position

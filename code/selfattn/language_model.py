@@ -10,6 +10,11 @@
                                                   (no MLP with attention_only=True)
       -> final LayerNorm -> linear head                  (batch, L, vocab_size) logits
 
+``LMConfig(norm="rmsnorm")`` puts RMSNorm in every norm's place (the final one
+too), ``activation="swiglu"`` gives every block the gated SwiGLU MLP, and
+``qk_norm``/``softcap`` reach every attention layer; all default to the model
+above.
+
 ``logits[:, t]`` scores the token at position ``t + 1``; with the causal mask
 it depends only on ``idx[:, : t + 1]``. Built with ``causal=False`` the model
 sees the whole window, including the very token it is asked to predict, and
@@ -49,7 +54,9 @@ from selfattn._checks import (
     check_token_range,
 )
 from selfattn.block import BlockConfig, TransformerBlock
+from selfattn.feedforward import swiglu_width
 from selfattn.kv_cache import KVCache, RollingKVCache, check_kv_cache
+from selfattn.normalization import make_norm
 from selfattn.perplexity import token_nll
 from selfattn.positional import (
     LearnedPositionalEmbedding,
@@ -80,6 +87,10 @@ class LMConfig:
     window: int | None = None  # sliding-window attention in every block (needs causal): each
     # token sees its last `window` tokens, itself included; None: all earlier tokens
     attention_only: bool = False  # True: blocks without an MLP (attention-only, for circuits)
+    norm: str = "layernorm"  # every norm of the model (blocks and final): "layernorm"/"rmsnorm"
+    activation: str = "gelu"  # each block's MLP: "gelu", "relu" or "swiglu" (the gated MLP)
+    qk_norm: bool = False  # every attention normalises its heads' queries and keys (QK-norm)
+    softcap: float | None = None  # every attention's scores -> c tanh(scores / c), c = softcap
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "num_heads", "num_layers"):
@@ -91,22 +102,28 @@ class LMConfig:
             raise ValueError(
                 f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
             )
-        self.block_config()  # BlockConfig checks d_ff, num_heads | d_model, num_kv_heads, window
+        self.block_config()  # BlockConfig checks d_ff, num_heads | d_model, num_kv_heads,
+        # window, norm, activation, qk_norm and softcap (with the same messages)
 
     @property
     def ff_dim(self) -> int:
-        """The MLP hidden width actually used (``d_ff`` or ``4 * d_model``)."""
-        return 4 * self.d_model if self.d_ff is None else self.d_ff
+        """The MLP hidden width actually used, ``d_ff`` or by default ``4 * d_model``
+        (for SwiGLU :func:`~selfattn.feedforward.swiglu_width`, as many weights)."""
+        if self.d_ff is not None:
+            return self.d_ff
+        return swiglu_width(self.d_model) if self.activation == "swiglu" else 4 * self.d_model
 
     def block_config(self) -> BlockConfig:
-        """The settings of each block: pre-LN, GELU, causal as ``causal``, no cross-attention
-        (and no MLP with ``attention_only``)."""
+        """The settings of each block: pre-norm, causal as ``causal``, no cross-attention;
+        the norm, activation, QK-norm and cap of this config (default: LayerNorm, GELU, off),
+        and no MLP with ``attention_only``."""
         inside = self.positional if self.positional in ("rope", "alibi") else None
         return BlockConfig(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim,
-                           dropout=float(self.dropout), norm_first=True, activation="gelu",
-                           causal=self.causal, num_kv_heads=self.num_kv_heads,
-                           positional=inside, window=self.window,
-                           attention_only=self.attention_only)
+                           dropout=float(self.dropout), norm_first=True,
+                           activation=self.activation, causal=self.causal,
+                           num_kv_heads=self.num_kv_heads, positional=inside, window=self.window,
+                           attention_only=self.attention_only,
+                           norm=self.norm, qk_norm=self.qk_norm, softcap=self.softcap)
 
 
 class TinyLM(nn.Module):
@@ -119,9 +136,10 @@ class TinyLM(nn.Module):
         tok_emb: ``nn.Embedding(vocab_size, d_model)``.
         pos: learned or sinusoidal positions for ``seq_len`` positions.
         blocks: ``num_layers`` :class:`selfattn.block.TransformerBlock`, built
-            from :meth:`LMConfig.block_config` (pre-LN, GELU; attention only, without
-            an MLP, with ``attention_only=True``).
-        ln_f: final ``LayerNorm``; head: ``nn.Linear(d_model, vocab_size)``.
+            from :meth:`LMConfig.block_config` (pre-LN, GELU by default; attention
+            only, without an MLP, with ``attention_only=True``).
+        ln_f: final ``LayerNorm`` (RMSNorm with ``norm="rmsnorm"``); head:
+            ``nn.Linear(d_model, vocab_size)``.
 
     Raises:
         TypeError: ``config`` is not an :class:`LMConfig`.
@@ -141,7 +159,7 @@ class TinyLM(nn.Module):
             self.pos = NoPositionalEncoding()
         self.emb_drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.num_layers))
-        self.ln_f = nn.LayerNorm(config.d_model)
+        self.ln_f = make_norm(config.norm, config.d_model)  # LayerNorm, or RMSNorm
         self.head = nn.Linear(config.d_model, config.vocab_size)
 
     def num_parameters(self) -> int:

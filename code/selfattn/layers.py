@@ -29,7 +29,14 @@ query ``i`` and key ``j`` depends on ``j - i`` only. **Sliding window.**
 ``window=w`` (with ``causal=True``) lets each query see only its own key and
 the ``w - 1`` before it (:func:`~selfattn.masks.sliding_window_mask`); a
 :class:`~selfattn.kv_cache.RollingKVCache` of ``w`` then holds everything the
-layer can still use, and its keys are masked by their positions.
+layer can still use, and its keys are masked by their positions. **Keeping the
+scores small.** ``qk_norm=True`` normalises every head's queries and keys with an
+:class:`~selfattn.normalization.RMSNorm` over ``head_dim`` (one learned gain of
+``head_dim`` entries for the queries, one for the keys, shared by the heads)
+before RoPE and the dot product, so a score's size is bounded by the gains, not
+by the weights' growth; ``softcap=c`` replaces every score ``s`` by ``c tanh(s /
+c)`` before the mask, so none can pass ``c`` (Gemma 2). :meth:`MultiHeadAttention.scores`
+returns the scores the softmax receives.
 
 A layer checks its inputs once, in ``forward``, and then computes without
 checking again; :meth:`MultiHeadAttention.attend` is that computation, for
@@ -63,12 +70,14 @@ of dims, last dimension not ``d_in``/``d_model``, ``num_heads`` not dividing
 ``num_heads``, ``head_dim`` not positive, key/value lengths or batches that
 differ, a mask that does not broadcast to the scores, a KV cache holding
 another batch size / head layout, NaN or inf in the inputs, dropout outside
-[0, 1), RoPE/ALiBi with a separate key sequence). Messages name the argument,
-the shape seen and the shape expected.
+[0, 1), RoPE/ALiBi with a separate key sequence, ``softcap`` not positive or
+combined with ``use_fused``). Messages name the argument, the shape seen and the
+shape expected.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -85,6 +94,7 @@ from selfattn._checks import (
     check_layer_input,
     check_mask_shape,
     check_positive_int,
+    check_softcap,
     check_window,
     is_tensor,
     shape_of,
@@ -100,6 +110,7 @@ from selfattn.masks import (
     sliding_window_mask,
     to_additive_mask,
 )
+from selfattn.normalization import RMSNorm
 from selfattn.positional import alibi_bias, apply_rotary
 
 __all__ = [
@@ -112,12 +123,13 @@ __all__ = [
 ]
 
 _POSITIONAL = (None, "rope", "alibi")
+_QK_NORM_EPS = 1e-6  # the epsilon of QK-norm's RMSNorm (Gemma 3's and Qwen 3's value)
 
 
 # ---------------------------------------------------------------- the computation
 def _attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Dropout, use_fused: bool,
-    need_weights: bool = True,
+    need_weights: bool = True, softcap: float | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention on ``q (..., q_len, d_k)``, ``k (..., k_len, d_k)``, ``v (..., k_len, d_v)``.
 
@@ -135,18 +147,28 @@ def _attend(
     (``scaled_dot_product_attention(..., need_weights=False)``), which never
     forms the weights; weights are ``None``.
 
+    ``softcap=c``: the scores become ``c tanh(S / c)`` before the mask (readable
+    path only: the fused kernel has no such step, so ``use_fused`` with a cap is an
+    error).
+
     The inputs were checked by the calling layer: no check runs here again.
     """
     p = dropout.p if dropout.training else 0.0
+    if use_fused and softcap is not None:
+        raise ValueError(
+            f"softcap: F.scaled_dot_product_attention cannot soft-cap the scores; "
+            f"set use_fused=False to use softcap={softcap}"
+        )
     if use_fused:
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         if mask is not None:
             context = context.masked_fill(fully_masked_rows(mask), 0.0)  # (..., q_len, d_v)
         return context, None
     if not need_weights and p == 0.0:
-        return scaled_dot_product_attention_unchecked(q, k, v, mask, need_weights=False)
+        return scaled_dot_product_attention_unchecked(q, k, v, mask, need_weights=False,
+                                                      softcap=softcap)
     # context (..., q_len, d_v), weights (..., q_len, k_len)
-    context, weights = scaled_dot_product_attention_unchecked(q, k, v, mask)
+    context, weights = scaled_dot_product_attention_unchecked(q, k, v, mask, softcap=softcap)
     if p > 0.0:
         weights = dropout(weights)  # (..., q_len, k_len), E[dropped] = weights
         context = weights @ v  # (..., q_len, k_len) @ (..., k_len, d_v) -> (..., q_len, d_v)
@@ -403,8 +425,10 @@ class MultiHeadAttentionConfig:
             (the message names both), ``num_kv_heads`` not dividing
             ``num_heads``, a size <= 0, dropout outside [0, 1), an unknown
             ``positional``, RoPE with an odd ``head_dim``, a ``window`` without
-            ``causal``.
-        TypeError: a size that is not an int, a dropout that is not a number.
+            ``causal``, ``softcap <= 0`` or a cap with ``use_fused=True`` (the fused
+            kernel cannot cap).
+        TypeError: a size that is not an int, a dropout or cap that is not a
+            number, a ``qk_norm`` that is not a bool.
     """
 
     d_model: int  # embedding width of queries, keys, values and the output
@@ -419,6 +443,8 @@ class MultiHeadAttentionConfig:
     rope_base: float = 10000.0  # RoPE's wavelength base (positional="rope")
     window: int | None = None  # sliding window (needs causal): a query sees its last `window`
     # keys, its own included; None: every earlier key
+    qk_norm: bool = False  # RMSNorm each head's queries and keys over head_dim, learned gains
+    softcap: float | None = None  # scores -> softcap * tanh(scores / softcap) before the mask
 
     def __post_init__(self) -> None:
         check_positive_int("d_model", self.d_model)
@@ -451,6 +477,14 @@ class MultiHeadAttentionConfig:
                 f"head_dim={self.head_dim}"
             )
         check_window(self.window, self.causal)
+        if not isinstance(self.qk_norm, bool):
+            raise TypeError(f"qk_norm: expected a bool, got {type(self.qk_norm).__name__}")
+        object.__setattr__(self, "softcap", check_softcap(self.softcap))
+        if self.softcap is not None and self.use_fused:
+            raise ValueError(
+                f"softcap: F.scaled_dot_product_attention cannot soft-cap the scores; "
+                f"softcap={self.softcap} needs use_fused=False"
+            )
 
     @property
     def inner_dim(self) -> int:
@@ -467,6 +501,11 @@ class MultiHeadAttention(nn.Module):
         Q_j, K_j, V_j = (X_q W_Q)_j, (X_k W_K)_m, (X_v W_V)_m       (.., len, head_dim)
         C_j = softmax(Q_j K_jᵀ / sqrt(head_dim) + mask) V_j
         output = concat(C_1, ..., C_h) W_O                          (batch, q_len, d_model)
+
+    With ``qk_norm=True``, ``Q_j`` and ``K_j`` are first replaced by
+    ``RMSNorm_q(Q_j)`` and ``RMSNorm_k(K_j)`` (over ``head_dim``, before RoPE);
+    with ``softcap=c`` the scores ``S_j = Q_j K_jᵀ / sqrt(head_dim)`` become
+    ``c tanh(S_j / c)`` before the mask is added.
 
     with key/value head ``m = j // (num_heads // num_kv_heads)``, ``m = j`` by
     default (grouped-query attention, RoPE and ALiBi: see the module docstring).
@@ -493,9 +532,13 @@ class MultiHeadAttention(nn.Module):
         rope_base: RoPE's wavelength base.
         window: sliding window w (needs ``causal=True``): query ``i`` sees keys
             ``i - w + 1 .. i`` only; ``None``: every earlier key.
+        qk_norm: normalise each head's queries and keys (QK-norm; off by default).
+        softcap: None (default) or the cap ``c > 0`` of ``c tanh(S / c)``.
 
     Attributes:
         w_q, w_k, w_v, w_o: the projections, ``nn.Linear``; ``W_Q = w_q.weight.T``.
+        q_norm, k_norm: the two :class:`~selfattn.normalization.RMSNorm` ``(head_dim)``
+            of QK-norm (only with ``qk_norm=True``).
 
     Raises:
         ValueError, TypeError: a setting out of range or of the wrong type; see
@@ -506,14 +549,15 @@ class MultiHeadAttention(nn.Module):
         self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
         causal: bool = False, *, use_fused: bool = False, head_dim: int | None = None,
         num_kv_heads: int | None = None, positional: str | None = None,
-        rope_base: float = 10000.0, window: int | None = None,
+        rope_base: float = 10000.0, window: int | None = None, qk_norm: bool = False,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         cfg = MultiHeadAttentionConfig(
             d_model=d_model, num_heads=num_heads, dropout=dropout, bias=bool(bias),
             causal=bool(causal), use_fused=bool(use_fused), head_dim=head_dim,
             num_kv_heads=num_kv_heads, positional=positional, rope_base=rope_base,
-            window=window,
+            window=window, qk_norm=qk_norm, softcap=softcap,
         )
         assert cfg.head_dim is not None and cfg.num_kv_heads is not None  # resolved
         self.d_model, self.num_heads, self.head_dim = cfg.d_model, cfg.num_heads, cfg.head_dim
@@ -529,6 +573,10 @@ class MultiHeadAttention(nn.Module):
         self.w_v = nn.Linear(cfg.d_model, kv_dim, bias=cfg.bias)
         self.w_o = nn.Linear(cfg.inner_dim, cfg.d_model, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.qk_norm, self.softcap = cfg.qk_norm, cfg.softcap
+        if cfg.qk_norm:  # gains of head_dim entries, shared by the heads (start at 1)
+            self.q_norm = RMSNorm(cfg.head_dim, eps=_QK_NORM_EPS)
+            self.k_norm = RMSNorm(cfg.head_dim, eps=_QK_NORM_EPS)
 
     # -- configuration ---------------------------------------------------------
     @property
@@ -539,6 +587,7 @@ class MultiHeadAttention(nn.Module):
             bias=self.w_q.bias is not None, causal=self.causal, use_fused=self.use_fused,
             head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
             positional=self.positional, rope_base=self.rope_base, window=self.window,
+            qk_norm=self.qk_norm, softcap=self.softcap,
         )
 
     @classmethod
@@ -630,11 +679,33 @@ class MultiHeadAttention(nn.Module):
         ``kv_cache`` of this layer's layout; the other arguments and the result as
         for :meth:`forward`.
         """
+        q, k, v, mask = self._heads(query, key, value, mask, kv_cache)  # steps 1 and 2
+
+        # 3. attention in every head at once (scores soft-capped first if softcap is set)
+        context, weights = _attend(q, k, v, mask, self.dropout, self.use_fused, need_weights,
+                                   self.softcap)
+        # context: (batch, num_heads, q_len, head_dim); weights: (batch, num_heads, q_len, k_len)
+
+        # 4. concatenate the heads, (batch, q_len, inner_dim), and mix them with W_O
+        output = self.w_o(merge_heads(context))  # (batch, q_len, d_model)
+        if not need_weights or weights is None:
+            return output, None
+        return output, weights.mean(dim=1) if average_weights else weights  # (batch, [h,] q, k)
+
+    def _heads(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
+        kv_cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Steps 1 and 2 of :meth:`attend`: queries, keys and values per head, ``(batch, h,
+        len, head_dim)`` (keys and values with the cache's and repeated for grouped heads),
+        and the mask with the causal and sliding-window masks and ALiBi's bias in it."""
         cached = 0 if kv_cache is None else kv_cache.tokens_seen  # position of the first new
         # 1. project, split into heads: h query heads, num_kv_heads key/value heads
         q = split_heads(self.w_q(query), self.num_heads)  # (batch, h, q_len, head_dim)
         k = split_heads(self.w_k(key), self.num_kv_heads)  # (batch, kv_heads, new_len, head_dim)
         v = split_heads(self.w_v(value), self.num_kv_heads)  # (batch, kv_heads, new_len, hd)
+        if self.qk_norm:  # QK-norm: every query and key vector to RMS 1, times a learned gain
+            q, k = self.q_norm(q), self.k_norm(k)  # shapes unchanged
         if self.positional == "rope":  # rotate by absolute position; scores see offsets only
             q = apply_rotary(q, torch.arange(cached, cached + q.shape[2]), self.rope_base)
             k = apply_rotary(k, torch.arange(cached, cached + k.shape[2]), self.rope_base)
@@ -661,22 +732,52 @@ class MultiHeadAttention(nn.Module):
                     "sinks (use sinks=0, or RoPE)"
                 )
             mask = _add_bias(mask, alibi_bias(self.num_heads, q_len, k_len, like=q))
+        return q, k, v, mask
 
-        # 3. attention in every head at once
-        context, weights = _attend(q, k, v, mask, self.dropout, self.use_fused, need_weights)
-        # context: (batch, num_heads, q_len, head_dim); weights: (batch, num_heads, q_len, k_len)
+    @torch.no_grad()
+    def scores(
+        self, query: Tensor, key: Tensor | None = None, mask: Array | None = None, *,
+        capped: bool = True,
+    ) -> Tensor:
+        """The scores of every head as the softmax receives them (no gradient).
 
-        # 4. concatenate the heads, (batch, q_len, inner_dim), and mix them with W_O
-        output = self.w_o(merge_heads(context))  # (batch, q_len, d_model)
-        if not need_weights or weights is None:
-            return output, None
-        return output, weights.mean(dim=1) if average_weights else weights  # (batch, [h,] q, k)
+        ``S_j = Q_j K_jᵀ / sqrt(head_dim)`` after QK-norm and RoPE, soft-capped if the
+        layer has a ``softcap`` (and ``capped``), plus the mask: ALiBi's bias added,
+        blocked entries (the caller's mask, the causal and window masks) ``-inf``. ``softmax(S)``
+        along the last dim is the layer's per-head weights. For measuring, e.g. the
+        largest score of a trained layer.
+
+        Args:
+            query, key, mask: as for :meth:`forward` (no KV cache).
+            capped: apply the layer's ``softcap``; False gives the scores before
+                the cap, to see how large they are underneath it.
+
+        Returns:
+            ``(batch, num_heads, q_len, k_len)`` (no batch dim for unbatched input).
+
+        Raises:
+            TypeError, ValueError: as :meth:`forward`.
+        """
+        query, key, value, mask, unbatched = _checked_inputs(self, query, key, None, mask, None)
+        q, k, _, mask = self._heads(query, key, value, mask, None)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (batch, h, q_len, k_len)
+        if capped and self.softcap is not None:
+            scores = self.softcap * torch.tanh(scores / self.softcap)  # in [-c, c]
+        if mask is not None:
+            if mask.dtype == torch.bool:
+                scores = scores.masked_fill(~mask, float("-inf"))  # blocked: -inf
+            else:
+                scores = scores + mask  # additive mask, ALiBi's bias
+        return scores.squeeze(0) if unbatched else scores
 
     def extra_repr(self) -> str:
         names = ("d_model", "num_heads", "num_kv_heads", "head_dim", "causal", "positional")
         settings = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
         window = "" if self.window is None else f", window={self.window}"
-        return f"{settings}{window}, dropout={self.dropout.p}, use_fused={self.use_fused}"
+        extra = "".join(f", {name}={getattr(self, name)!r}" for name in ("qk_norm", "softcap")
+                        if getattr(self, name) not in (False, None))  # only when switched on
+        return (f"{settings}{window}, dropout={self.dropout.p}, use_fused={self.use_fused}"
+                f"{extra}")
 
 
 def _checked_inputs(

@@ -69,7 +69,8 @@ def copy_attention_from_torch(
     Args:
         layer: a :class:`~nn.Module` with the default
             ``head_dim = d_model // num_heads`` (torch has no other), as many
-            key/value heads as heads and no ``positional`` option.
+            key/value heads as heads, no ``positional`` option, no QK-norm and no
+            soft-capping.
         module: ``nn.MultiheadAttention`` with ``embed_dim == d_model``, the
             same ``num_heads``, the same use of biases, no ``kdim``/``vdim``
             and no ``add_bias_kv``.
@@ -98,6 +99,11 @@ def copy_attention_from_torch(
             f"module: torch.nn.MultiheadAttention has as many key/value heads as heads and no "
             f"positions inside attention, but this layer has num_kv_heads={layer.num_kv_heads} "
             f"and positional={layer.positional!r}"
+        )
+    if getattr(layer, "qk_norm", False) or getattr(layer, "softcap", None) is not None:
+        raise ValueError(
+            f"module: torch.nn.MultiheadAttention has no QK-norm and no soft-capping, but this "
+            f"layer has qk_norm={layer.qk_norm} and softcap={layer.softcap}"
         )
     if not module._qkv_same_embed_dim:
         raise ValueError(
@@ -196,7 +202,8 @@ def copy_block_from_torch(
 
     Args:
         block: a :class:`~nn.Module` with plain multi-head
-            self-attention (no ``num_kv_heads``, no ``positional``).
+            self-attention (no ``num_kv_heads``, ``positional``, ``qk_norm`` or
+            ``softcap``), LayerNorms and a GELU or ReLU MLP.
         layer: ``nn.TransformerEncoderLayer`` (for a block without
             cross-attention) or ``nn.TransformerDecoderLayer`` (with it), of
             the same width, heads, MLP width, ``norm_first`` and activation.
@@ -214,7 +221,8 @@ def copy_block_from_torch(
     if not cfg.plain_attention:
         raise ValueError(
             "layer: PyTorch's layers have plain multi-head attention; this block has "
-            f"num_kv_heads={cfg.num_kv_heads}, positional={cfg.positional!r}"
+            f"num_kv_heads={cfg.num_kv_heads}, positional={cfg.positional!r}, "
+            f"qk_norm={cfg.qk_norm}, softcap={cfg.softcap}"
         )
     seen = {
         "cross_attention": decoder,
@@ -223,10 +231,11 @@ def copy_block_from_torch(
         "d_ff": layer.linear1.out_features,
         "norm_first": layer.norm_first,
         "activation": _activation_name(layer.activation) or repr(layer.activation),
+        "norm": "layernorm",  # PyTorch's layers have LayerNorms only
     }
     want = {"cross_attention": cfg.cross_attention, "d_model": cfg.d_model,
             "num_heads": cfg.num_heads, "d_ff": cfg.ff_dim, "norm_first": cfg.norm_first,
-            "activation": cfg.activation}
+            "activation": cfg.activation, "norm": cfg.norm}
     for name, value in seen.items():
         if value != want[name]:
             raise ValueError(

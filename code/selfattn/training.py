@@ -18,6 +18,7 @@ rates); messages name the argument, the shape seen and the shape expected.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,7 @@ def train_language_model(
     weight_decay: float = 0.0,
     warmup: int | None = None,
     grad_clip: float | None = 1.0,
+    callback: Callable[[int, TinyLM], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` for next-token prediction with AdamW; return the history.
 
@@ -106,6 +108,11 @@ def train_language_model(
         weight_decay: AdamW weight decay.
         warmup: warm-up steps (default ``steps // 20``).
         grad_clip: maximum gradient norm, or None.
+        callback: optional ``callback(step, model)``, called at every recorded step
+            (step 0 before any update, then with each history entry), e.g. to
+            measure the model while it trains. It may switch the model to eval
+            mode (training switches it back) but should not draw from torch's
+            random generator, which dropout draws from.
 
     Returns:
         A list of dicts ``{"step", "train_loss", "eval_ppl"}``. The first entry
@@ -158,6 +165,8 @@ def train_language_model(
         loss = negative_log_likelihood(model(x), y)  # mean NLL over batch * L tokens
         if step == 0:
             history.append({"step": 0, "train_loss": loss.item(), "eval_ppl": evaluate()})
+            if callback is not None:
+                callback(0, model)  # the next step switches back to training mode
         for group in optimizer.param_groups:
             group["lr"] = lr * _lr_factor(step, steps, warmup)
         optimizer.zero_grad(set_to_none=True)
@@ -172,5 +181,7 @@ def train_language_model(
                 {"step": done, "train_loss": float(np.mean(losses)), "eval_ppl": evaluate()}
             )
             losses = []
+            if callback is not None:
+                callback(done, model)
     model.eval()
     return history
