@@ -20,6 +20,11 @@ masks the future in the self-attention only; the memory is a different
 sequence, so the cross-attention is never causal, and a memory padding mask
 keeps queries away from the source's padding tokens.
 
+With ``latent_dim`` set the self-attention is multi-head latent attention
+(:class:`~selfattn.latent.MultiHeadLatentAttention`): its KV cache holds one
+latent of ``latent_dim`` numbers and, with ``positional="rope"``, one RoPE key
+of ``latent_rope`` numbers per token, shared by every head.
+
 :meth:`TransformerBlock.from_torch` copies the parameters of a
 ``torch.nn.TransformerEncoderLayer`` or ``torch.nn.TransformerDecoderLayer``
 (``batch_first=True``); the tests check that both then give the same outputs.
@@ -50,6 +55,7 @@ from selfattn._checks import (
     shape_of,
 )
 from selfattn.kv_cache import KVCache, check_kv_cache
+from selfattn.latent import LatentKVCache, MultiHeadLatentAttention, check_latent_cache
 from selfattn.layers import MultiHeadAttention
 
 __all__ = ["BlockConfig", "TransformerBlock"]
@@ -72,6 +78,11 @@ class BlockConfig:
     layer_norm_eps: float = 1e-5  # the epsilon of every LayerNorm (PyTorch's default)
     num_kv_heads: int | None = None  # key/value heads of the self-attention; None: num_heads
     positional: str | None = None  # position inside self-attention: None, "rope" or "alibi"
+    latent_dim: int | None = None  # d_c: multi-head latent attention (MLA) caching a d_c-wide
+    # latent per token instead of keys and values; None: ordinary multi-head attention
+    latent_q_dim: int | None = None  # d_c', MLA's query latent; None: queries straight from x
+    latent_rope_dim: int | None = None  # d_R, MLA's decoupled RoPE key width (positional="rope");
+    # None: head_dim // 2
 
     def __post_init__(self) -> None:
         check_positive_int("d_model", self.d_model)
@@ -104,11 +115,62 @@ class BlockConfig:
             raise ValueError(
                 f"positional: expected None, 'rope' or 'alibi', got {self.positional!r}"
             )
+        self._check_latent()
+
+    def _check_latent(self) -> None:
+        """The multi-head latent attention settings agree with the others."""
+        if self.latent_dim is None:
+            for name in ("latent_q_dim", "latent_rope_dim"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}: set latent_dim too (it is a setting of multi-head latent "
+                        f"attention), got {name}={getattr(self, name)!r} with latent_dim=None"
+                    )
+            return
+        check_positive_int("latent_dim", self.latent_dim)
+        if self.latent_q_dim is not None:
+            check_positive_int("latent_q_dim", self.latent_q_dim)
+        if self.num_kv_heads not in (None, self.num_heads):
+            raise ValueError(
+                f"num_kv_heads: multi-head latent attention rebuilds a key and a value for every "
+                f"head from the latent; leave num_kv_heads=None, got {self.num_kv_heads} with "
+                f"latent_dim={self.latent_dim}"
+            )
+        if self.positional not in (None, "rope"):
+            raise ValueError(
+                f"positional: multi-head latent attention takes positions through its decoupled "
+                f"RoPE key (positional='rope') or none (None), got {self.positional!r}"
+            )
+        if self.positional is None and self.latent_rope_dim is not None:
+            raise ValueError(
+                f"latent_rope_dim: the decoupled RoPE key needs positional='rope', got "
+                f"latent_rope_dim={self.latent_rope_dim} with positional=None"
+            )
+        if self.positional == "rope":
+            rope = self.latent_rope
+            if isinstance(rope, bool) or not isinstance(rope, int) or rope <= 0 or rope % 2:
+                given = "" if self.latent_rope_dim is not None else (
+                    f" (the default head_dim // 2, head_dim = {self.d_model // self.num_heads})")
+                raise ValueError(
+                    f"latent_rope_dim: RoPE rotates column pairs and needs a positive even "
+                    f"width, got {rope!r}{given}; pass an even latent_rope_dim"
+                )
 
     @property
     def plain_attention(self) -> bool:
         """True when the self-attention is ordinary multi-head attention (no GQA, RoPE, ALiBi)."""
-        return self.positional is None and self.num_kv_heads in (None, self.num_heads)
+        return (self.positional is None and self.num_kv_heads in (None, self.num_heads)
+                and self.latent_dim is None)
+
+    @property
+    def latent_rope(self) -> int:
+        """d_R of the multi-head latent attention: 0 without RoPE, else ``latent_rope_dim``
+        (default ``head_dim // 2``)."""
+        if self.positional != "rope":
+            return 0
+        if self.latent_rope_dim is not None:
+            return self.latent_rope_dim
+        return self.d_model // self.num_heads // 2
 
     @property
     def ff_dim(self) -> int:
@@ -128,7 +190,9 @@ class TransformerBlock(nn.Module):
     Attributes:
         ln1, attn: LayerNorm and :class:`~selfattn.layers.MultiHeadAttention`
             of the self-attention sublayer (with the config's ``num_kv_heads``
-            and ``positional``).
+            and ``positional``), or with ``latent_dim`` a
+            :class:`~selfattn.latent.MultiHeadLatentAttention` (its ``rope_dim``
+            is ``latent_rope`` and it has no ``num_kv_heads``).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
         ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)``.
@@ -151,10 +215,17 @@ class TransformerBlock(nn.Module):
         d, eps = config.d_model, config.layer_norm_eps
         # creation order fixes which random numbers each weight gets: keep it
         self.ln1 = nn.LayerNorm(d, eps=eps)
-        self.attn = MultiHeadAttention(
-            d, config.num_heads, dropout=config.dropout, causal=config.causal,
-            num_kv_heads=config.num_kv_heads, positional=config.positional,
-        )
+        self.attn: MultiHeadAttention | MultiHeadLatentAttention
+        if config.latent_dim is None:
+            self.attn = MultiHeadAttention(
+                d, config.num_heads, dropout=config.dropout, causal=config.causal,
+                num_kv_heads=config.num_kv_heads, positional=config.positional,
+            )
+        else:  # multi-head latent attention: its cache holds latent_dim + latent_rope numbers
+            self.attn = MultiHeadLatentAttention(
+                d, config.num_heads, config.latent_dim, rope_dim=config.latent_rope,
+                q_latent_dim=config.latent_q_dim, dropout=config.dropout, causal=config.causal,
+            )
         if config.cross_attention:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
             self.cross_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout)
@@ -164,7 +235,9 @@ class TransformerBlock(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     # -- the three sublayers, each returning what is added to the stream --------
-    def _self_attention(self, x: Tensor, mask: Any, kv_cache: KVCache | None) -> Tensor:
+    def _self_attention(
+        self, x: Tensor, mask: Any, kv_cache: KVCache | LatentKVCache | None
+    ) -> Tensor:
         out, _ = self.attn.attend(x, x, x, mask, need_weights=False, kv_cache=kv_cache)
         return self.drop(out)  # (batch, L, d_model)
 
@@ -183,7 +256,7 @@ class TransformerBlock(nn.Module):
         *,
         mask: Any = None,
         memory_mask: Any = None,
-        kv_cache: KVCache | None = None,
+        kv_cache: KVCache | LatentKVCache | None = None,
     ) -> Tensor:
         """Run the block on the residual stream ``x``.
 
@@ -199,7 +272,8 @@ class TransformerBlock(nn.Module):
                 ``(batch, num_heads, L, k_len)``, usually the source padding
                 ``key_padding_to_attention_mask(source_pad)`` ``(batch, 1, 1, k_len)``.
             kv_cache: optional :class:`~selfattn.kv_cache.KVCache` for the
-                self-attention (incremental decoding).
+                self-attention (incremental decoding); a
+                :class:`~selfattn.latent.LatentKVCache` with ``latent_dim``.
 
         Returns:
             ``(batch, L, d_model)``, the updated residual stream.
@@ -216,7 +290,7 @@ class TransformerBlock(nn.Module):
 
     def update(
         self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
-        memory_mask: Tensor | None = None, kv_cache: KVCache | None = None,
+        memory_mask: Tensor | None = None, kv_cache: KVCache | LatentKVCache | None = None,
     ) -> Tensor:
         """:meth:`forward` on checked, batched inputs: the block itself, no checks.
 
@@ -291,7 +365,7 @@ def _checked_inputs(
     batch, seq_len = x.shape[0], x.shape[1]
     k_len = seq_len
     if kv_cache is not None:
-        check_kv_cache(kv_cache, block.attn.num_kv_heads, block.attn.head_dim, shape_of(x))
+        check_block_cache(block, kv_cache, shape_of(x))
         k_len += len(kv_cache)
     if mask is not None:
         mask = as_head_mask(mask, x, (batch, cfg.num_heads, seq_len, k_len))
@@ -299,3 +373,14 @@ def _checked_inputs(
         memory_mask = as_head_mask(memory_mask, x, (batch, cfg.num_heads, seq_len,
                                                      source.shape[1]), "memory_mask")
     return x, (source if cfg.cross_attention else None), mask, memory_mask, unbatched
+
+
+def check_block_cache(block: TransformerBlock, kv_cache: Any, query_shape: tuple[int, ...]) -> None:
+    """``kv_cache`` fits the self-attention of ``block`` for input ``(batch, L, d_model)``:
+    a :class:`~selfattn.kv_cache.KVCache` of its key/value heads, or for multi-head latent
+    attention a :class:`~selfattn.latent.LatentKVCache` of its latent and RoPE widths."""
+    attn = block.attn
+    if isinstance(attn, MultiHeadLatentAttention):
+        check_latent_cache(kv_cache, attn.latent_dim, attn.rope_dim, query_shape)
+    else:
+        check_kv_cache(kv_cache, attn.num_kv_heads, attn.head_dim, query_shape)
