@@ -351,7 +351,7 @@ class MultiHeadLatentAttention(nn.Module):
         cfg = LatentAttentionConfig(
             d_model=d_model, num_heads=num_heads, latent_dim=latent_dim, head_dim=head_dim,
             rope_dim=rope_dim, q_latent_dim=q_latent_dim, dropout=dropout, bias=bool(bias),
-            causal=bool(causal), rope_base=rope_base, absorb=bool(absorb),
+            causal=bool(causal), rope_base=rope_base, absorb=absorb,
         )
         assert cfg.head_dim is not None  # resolved
         self.d_model, self.num_heads, self.head_dim = cfg.d_model, cfg.num_heads, cfg.head_dim
