@@ -169,7 +169,7 @@ def test_cached_decoding_equals_the_full_pass(rope_dim, q_latent_dim, absorb):
     parts = [layer(x[:, :3], kv_cache=cache)[0]]  # a prompt of 3, then one token at a time
     parts += [layer(x[:, t : t + 1], kv_cache=cache)[0] for t in range(3, 8)]
     torch.testing.assert_close(torch.cat(parts, 1), full, **TOL)
-    assert len(cache) == 8
+    assert len(cache) == cache.tokens_seen == 8
 
 
 @pytest.mark.parametrize("rope_dim", [0, 4])
@@ -189,7 +189,7 @@ def test_cache_holds_the_latent_and_the_rope_key_only(rope_dim):
                          bytes_per_value=4)
     assert mha * (6 + rope_dim) == formula * 32
     cache.reset()
-    assert len(cache) == 0 and cache.nbytes == 0
+    assert len(cache) == cache.tokens_seen == 0 and cache.nbytes == 0
 
 
 def test_rope_key_is_shared_and_scores_see_offsets_only():

@@ -138,11 +138,21 @@ class LatentKVCache:
         return f"LatentKVCache(cached_len={len(self)}, latent_shape={shape})"
 
     @property
+    def tokens_seen(self) -> int:
+        """Tokens appended since the last :meth:`reset`: the position of the next token."""
+        return len(self)
+
+    @property
     def nbytes(self) -> int:
-        """Bytes held: ``element_size * (latent.numel() + rope_keys.numel())``."""
+        """Bytes of memory behind the held latents and RoPE keys (0 while empty).
+
+        Counted from the tensors' storage, so a view that keeps a larger tensor
+        alive counts the whole of it.
+        """
         if self.latent is None or self.rope_keys is None:
             return 0
-        return self.latent.element_size() * (self.latent.numel() + self.rope_keys.numel())
+        return (self.latent.untyped_storage().nbytes()
+                + self.rope_keys.untyped_storage().nbytes())
 
     def reset(self) -> None:
         """Forget everything (start a new sequence)."""
@@ -570,15 +580,23 @@ class MultiHeadLatentAttention(nn.Module):
         self, q_content: Tensor, q_rope: Tensor | None, latent: Tensor, rope_key: Tensor,
         mask: Tensor | None, need_weights: bool,
     ) -> tuple[Tensor, Tensor]:
-        """Attend against the latent: ``W_UK`` on the query side, ``W_UV`` after the weights."""
-        h, d_k, d_c = self.num_heads, self.head_dim, self.latent_dim
+        """Attend against the latent: ``W_UK`` on the query side, ``W_UV`` after the weights.
+
+        Every head reads the same latents and RoPE keys, so the heads stack into one
+        matrix of ``h * q_len`` query rows (as in multi-query attention): one matrix
+        product per sequence, and the cached tensors are never copied per head.
+        """
+        batch, h, q_len, _ = q_content.shape
+        d_k, d_c = self.head_dim, self.latent_dim
         w_uk = self.w_uk.weight.reshape(h, d_k, d_c)  # (h, d_k, d_c): head i is W_UK,iᵀ
         q_latent = q_content @ w_uk  # (batch, h, q_len, d_c): q^C_i W_UK,iᵀ
+        rows = q_latent.reshape(batch, h * q_len, d_c)  # (batch, h q_len, d_c): heads stacked
         # S = (q^C W_UKᵀ) cᵀ + q^R k^Rᵀ, every head against the same latents and RoPE keys
-        scores = q_latent @ latent.transpose(1, 2)[:, None]  # (batch, h, q_len, k_len)
+        scores = rows @ latent.transpose(1, 2)  # (batch, h q_len, k_len)
         if q_rope is not None:
-            scores = scores + q_rope @ rope_key.transpose(1, 2)[:, None]  # (b, h, q_len, k_len)
-        scores = scores * self.scale
+            rope_rows = q_rope.reshape(batch, h * q_len, -1)  # (batch, h q_len, d_R)
+            scores = scores + rope_rows @ rope_key.transpose(1, 2)  # (batch, h q_len, k_len)
+        scores = scores.reshape(batch, h, q_len, -1) * self.scale  # (batch, h, q_len, k_len)
         if mask is not None:
             if mask.dtype == torch.bool:
                 scores = scores.masked_fill(~mask, float("-inf"))  # (batch, h, q_len, k_len)
@@ -588,7 +606,9 @@ class MultiHeadLatentAttention(nn.Module):
         if mask is not None:  # a query that may attend to nothing: zeros, not NaN
             weights = weights.masked_fill(fully_masked_rows(mask), 0.0)
         weights = self.dropout(weights)  # identity in eval mode or with p = 0
-        context_latent = weights @ latent[:, None]  # (batch, h, q_len, d_c): sum_j a_j c_j
+        stacked = weights.reshape(batch, h * q_len, -1)  # (batch, h q_len, k_len)
+        context_latent = stacked @ latent  # (batch, h q_len, d_c): sum_j a_j c_j per head
+        context_latent = context_latent.reshape(batch, h, q_len, d_c)  # (batch, h, q_len, d_c)
         w_uv = self.w_uv.weight.reshape(h, d_k, d_c).transpose(1, 2)  # (h, d_c, d_k): W_UV,i
         context = context_latent @ w_uv  # (batch, h, q_len, d_k)
         if not bool(torch.isfinite(context).all()):
