@@ -337,7 +337,9 @@ class MultiHeadLatentAttention(nn.Module):
         absorb: compute attention against the latent (absorbed form); may be switched
             on the instance, the parameters are the same.
 
-    Attributes (``nn.Linear``; the book's matrix is ``weight.T``):
+    The projections are ``nn.Linear`` modules; the book's matrix is ``weight.T``.
+
+    Attributes:
         w_dq: ``W_DQ`` ``(d_model, d_c')``, only with ``q_latent_dim``.
         w_q: ``W_Q`` ``(d_model, h d_k)``, or ``W_UQ`` ``(d_c', h d_k)`` with a query latent.
         w_qr: ``W_QR`` ``(d_model or d_c', h d_R)``, only with ``rope_dim > 0``.
