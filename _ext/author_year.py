@@ -15,7 +15,6 @@ through pybtex, instead of formatting entries by hand.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from pybtex.database import Entry
@@ -46,19 +45,12 @@ def who_and_year(entry: Entry) -> tuple[str, str]:
 
 
 class AuthorYearLabels(BaseLabelStyle):
-    """Labels "Vaswani et al., 2017"; a second entry with the same text gets 2017a, 2017b."""
+    """Labels "Vaswani et al., 2017" (entries sharing author and year were told apart by
+    :func:`disambiguate_years` before: "Liu et al., 2020a")."""
 
     def format_labels(self, sorted_entries: Iterable[Entry]) -> Iterator[str]:
-        entries = list(sorted_entries)
-        texts = [who_and_year(e) for e in entries]
-        repeated = Counter(texts)
-        seen: Counter = Counter()
-        for who, year in texts:
-            suffix = ""
-            if repeated[(who, year)] > 1:
-                suffix = "abcdefghijklmnopqrstuvwxyz"[seen[(who, year)]]
-                seen[(who, year)] += 1
-            yield f"{who}, {year}{suffix}"
+        for who, year in (who_and_year(e) for e in sorted_entries):
+            yield f"{who}, {year}"
 
 
 class AuthorYearOrder(BaseSortingStyle):
@@ -77,10 +69,32 @@ class AuthorYearStyle(UnsrtStyle):
     default_sorting_style = AuthorYearOrder
 
 
+def disambiguate_years(entries: Iterable[Entry]) -> None:
+    """Entries with the same author text and year get 2020a, 2020b, ... in their ``year``
+    field, in the list's order (by title), so that the citations in the text, the labels
+    and the entries of the list all say which one is meant. Idempotent."""
+    groups: dict[tuple[str, str], list[Entry]] = {}
+    for entry in entries:
+        groups.setdefault(who_and_year(entry), []).append(entry)
+    order = AuthorYearOrder()
+    for (_, year), group in groups.items():
+        if len(group) > 1:
+            for letter, entry in zip("abcdefghijklmnopqrstuvwxyz",
+                                     sorted(group, key=order.sorting_key), strict=False):
+                entry.fields["year"] = f"{year}{letter}"
+
+
+def _disambiguate_cited_years(app: object) -> None:
+    """After sphinxcontrib-bibtex has parsed the .bib files (its builder-inited handler)."""
+    disambiguate_years(app.env.get_domain("cite").bibdata.data.entries.values())
+
+
 def register() -> None:
     register_plugin("pybtex.style.formatting", STYLE_NAME, AuthorYearStyle, force=True)
 
 
 def setup(app: object) -> dict:
     register()
+    # sphinxcontrib-bibtex parses at builder-inited with the default priority 500
+    app.connect("builder-inited", _disambiguate_cited_years, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -510,11 +510,13 @@ def publish(
 
 def load_bibliography(paths: Iterable[Path]) -> dict[str, Any]:
     """``key -> pybtex Entry`` from .bib files."""
+    from author_year import disambiguate_years
     from pybtex.database import parse_file
 
     entries: dict[str, Any] = {}
     for path in paths:
         entries.update(parse_file(str(path), bib_format="bibtex").entries)
+    disambiguate_years(entries.values())  # Liu et al., 2020a and 2020b, as on the site
     return entries
 
 

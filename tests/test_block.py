@@ -9,7 +9,7 @@ from torch import nn
 
 from checking import checked_names
 from selfattn.block import BlockConfig, TransformerBlock
-from selfattn.kv_cache import KVCache
+from selfattn.kv_cache import KVCache, RollingKVCache
 from selfattn.language_model import LMConfig, TinyLM
 from selfattn.masks import key_padding_to_attention_mask, padding_mask
 
@@ -121,6 +121,28 @@ def test_causal_block_kv_cache_equals_full() -> None:
     x2 = x.clone()
     x2[:, 4:] += 1.0
     assert torch.allclose(block(x2)[:, :4], full[:, :4], atol=1e-12)
+
+
+def test_windowed_block_rolling_cache_equals_full() -> None:
+    torch.manual_seed(1)
+    block = TransformerBlock(BlockConfig(D, H, causal=True, window=3)).double().eval()
+    assert block.attn.window == 3
+    x = torch.randn(2, 10, D, dtype=torch.float64)
+    full = block(x)
+    cache = RollingKVCache(3)
+    steps = [block(x[:, t : t + 1], kv_cache=cache) for t in range(10)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-12)
+    assert len(cache) == 3
+    # the window: an input more than 2 tokens back leaves an output unchanged
+    x2 = x.clone()
+    x2[:, 5] += torch.randn(D, dtype=torch.float64)  # not a constant: LayerNorm removes those
+    out2 = block(x2)
+    torch.testing.assert_close(out2[:, 8:], full[:, 8:], rtol=0, atol=0)
+    assert all((out2[:, t] - full[:, t]).abs().max() > 1e-6 for t in (5, 6, 7))
+    with pytest.raises(ValueError, match="window: a sliding window looks back only"):
+        BlockConfig(D, H, window=3)
+    with pytest.raises(ValueError, match="window: expected a positive int, got 0"):
+        BlockConfig(D, H, causal=True, window=0)
 
 
 # reference logits of TinyLM saved before TransformerBlock moved into selfattn.block

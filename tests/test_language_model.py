@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from selfattn.data import MarkovSource
+from selfattn.kv_cache import KVCache, RollingKVCache, kv_cache_bytes
 from selfattn.language_model import LMConfig, TinyLM, evaluate_perplexity
 from selfattn.perplexity import perplexity
 from selfattn.training import train_language_model
@@ -118,6 +119,84 @@ def test_greedy_generation_same_with_and_without_cache(prompt_len, new):
     with torch.no_grad():
         for t in range(prompt_len, min(prompt_len + new, 12)):
             assert torch.equal(m(a[:, :t])[:, -1].argmax(-1), a[:, t])
+
+
+# ------------------------------------------------------------------ sliding window
+
+
+def _windowed(window: int, positional: str = "learned", num_layers: int = 3,
+              seed: int = 0) -> TinyLM:
+    torch.manual_seed(seed)
+    cfg = LMConfig(vocab_size=11, seq_len=48, d_model=16, num_heads=2, num_layers=num_layers,
+                   positional=positional, window=window)
+    return TinyLM(cfg).double().eval()
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])
+@pytest.mark.parametrize("window", [1, 3, 5])
+def test_rolling_caches_equal_the_full_windowed_pass_at_every_depth(positional, window):
+    """A sliding-window model read through rolling caches holding `window` tokens per block:
+    the logits equal the full pass to 1e-12 in float64, token by token and in chunks, at
+    every position of a sequence many windows long (4 blocks deep)."""
+    model = _windowed(window, positional, num_layers=4)
+    idx = _ids((2, 48), seed=window)
+    with torch.no_grad():
+        full = model(idx)
+        caches = model.new_caches()
+        assert all(isinstance(c, RollingKVCache) and c.window == window for c in caches)
+        by_token = torch.cat([model(idx[:, t : t + 1], kv_caches=caches) for t in range(48)], 1)
+        assert all(len(c) == window and c.tokens_seen == 48 for c in caches)
+        caches, outs, t = model.new_caches(), [], 0
+        for n in (5, 1, 11, 2, 29):
+            outs.append(model(idx[:, t : t + n], kv_caches=caches))
+            t += n
+    torch.testing.assert_close(by_token, full, rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=0, atol=1e-12)
+
+
+def test_windowed_model_reach_grows_by_window_minus_one_per_block():
+    """Each block looks back window - 1 tokens, so after `layers` blocks a logit depends on
+    the last layers * (window - 1) + 1 tokens: one more is exactly without effect."""
+    window, layers = 3, 3
+    model = _windowed(window, num_layers=layers)
+    idx = _ids((1, 30), seed=7)
+    reach = layers * (window - 1)  # how far back the last position can see
+    with torch.no_grad():
+        last = model(idx)[:, -1]
+        for back, changes in ((reach, True), (reach + 1, False)):
+            other = idx.clone()
+            other[0, -1 - back] = (other[0, -1 - back] + 1) % 11
+            diff = (model(other)[:, -1] - last).abs().max().item()
+            assert (diff > 1e-6) if changes else (diff == 0.0), (back, diff)
+
+
+def test_windowed_model_cache_memory_does_not_grow():
+    model = _windowed(4, num_layers=2)
+    idx = _ids((1, 40), seed=2)
+    sizes = []
+    with torch.no_grad():
+        caches = model.new_caches()
+        for t in range(40):
+            model(idx[:, t : t + 1], kv_caches=caches)
+            if t + 1 in (10, 20, 40):
+                sizes.append(sum(c.nbytes for c in caches))
+    formula = kv_cache_bytes(batch=1, seq_len=4, num_layers=2, num_kv_heads=2, head_dim=8,
+                             bytes_per_value=8)
+    assert sizes == [formula] * 3
+
+
+def test_windowed_greedy_generation_same_with_and_without_cache():
+    model = _windowed(4, "rope")
+    prompt = _ids((2, 3), seed=4)
+    # 60 new tokens: past the 48-token context, where the cache is rebuilt
+    with_cache = model.generate(prompt, 60, greedy=True)
+    without = model.generate(prompt, 60, greedy=True, use_cache=False)
+    assert torch.equal(with_cache, without)
+
+
+def test_default_model_keeps_the_growing_cache():
+    assert all(type(c) is KVCache for c in _model().new_caches())
+    assert _model().config.window is None
 
 
 def test_sampling_follows_softmax_of_logits_over_temperature():
@@ -266,6 +345,12 @@ def _cases():
          "train_tokens: expected at least config.seq_len + 1 = 13 tokens per row, "
          "got shape (2, 10)"),
         (lambda: TinyLM({"vocab_size": 5}), TypeError, "config: expected an LMConfig, got dict"),
+        (lambda: LMConfig(vocab_size=5, seq_len=4, window=0), ValueError,
+         "window: expected a positive int, got 0"),
+        (lambda: LMConfig(vocab_size=5, seq_len=4, window=2, causal=False), ValueError,
+         "window: a sliding window looks back only; window=2 needs causal=True"),
+        (lambda: LMConfig(vocab_size=5, seq_len=4, window=2.0), TypeError,
+         "window: expected a positive int, got float"),
     ]
 
 

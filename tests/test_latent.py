@@ -400,6 +400,8 @@ def test_scores_that_overflow_raise_in_both_forms():
                                           "leave num_kv_heads=None, got 2")),
     (dict(latent_dim=6, positional="alibi"), ("positional: multi-head latent attention",
                                               "got 'alibi'")),
+    (dict(latent_dim=6, causal=True, window=4), ("window: multi-head latent attention has no "
+                                                 "sliding window", "window=4")),
     (dict(latent_dim=6, latent_rope_dim=2), ("latent_rope_dim: the decoupled RoPE key needs "
                                              "positional='rope'",)),
     (dict(latent_dim=6, positional="rope", latent_rope_dim=3), ("latent_rope_dim: RoPE rotates",

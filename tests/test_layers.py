@@ -29,7 +29,13 @@ from selfattn.layers import (
     merge_heads,
     split_heads,
 )
-from selfattn.masks import causal_mask, combine_masks, key_padding_to_attention_mask, padding_mask
+from selfattn.masks import (
+    causal_mask,
+    combine_masks,
+    key_padding_to_attention_mask,
+    padding_mask,
+    sliding_window_mask,
+)
 from selfattn.positional import SinusoidalPositionalEncoding
 
 TOL = {torch.float64: dict(rtol=0, atol=1e-12), torch.float32: dict(rtol=0, atol=1e-5)}
@@ -479,6 +485,99 @@ def test_bad_input_head_dim():
     # input width is still d_model, not num_heads * head_dim
     with raises(ValueError, "query: expected last dimension 8 (d_model)", "(1, 2, 6)"):
         layer(torch.zeros(1, 2, 6))
+
+
+# ================================================================ sliding window
+
+
+def _windowed_loop(layer, x, window, lengths=None):
+    """Windowed multi-head attention one query and one head at a time, from the weights.
+
+    Query t of head j reads the keys t - window + 1 .. t (not before 0, not padding),
+    scores them, softmaxes them and sums their values: no mask matrix at all."""
+    batch, L, d = x.shape
+    h, hd = layer.num_heads, layer.head_dim
+    q, k, v = layer.w_q(x), layer.w_k(x), layer.w_v(x)  # (batch, L, d_model) each
+    context = torch.zeros(batch, L, h * hd, dtype=x.dtype)
+    for b in range(batch):
+        n = L if lengths is None else lengths[b]
+        for t in range(L):
+            keys = [j for j in range(max(0, t - window + 1), t + 1) if j < n]
+            for j in range(h):
+                cols = slice(j * hd, (j + 1) * hd)
+                if not keys:
+                    continue  # every visible key is padding: a zero context
+                scores = torch.stack([q[b, t, cols] @ k[b, i, cols] for i in keys]) / math.sqrt(hd)
+                weights = torch.softmax(scores, dim=0)
+                pairs = zip(weights, keys, strict=True)
+                context[b, t, cols] = sum(w * v[b, i, cols] for w, i in pairs)
+    return layer.w_o(context)  # (batch, L, d_model)
+
+
+@pytest.mark.parametrize("window", [1, 2, 4, 9, 30])
+@pytest.mark.parametrize("use_fused", [False, True])
+def test_windowed_mha_equals_a_loop(window, use_fused):
+    torch.manual_seed(window)
+    layer = MultiHeadAttention(12, 3, causal=True, window=window, use_fused=use_fused).double()
+    x = torch.randn(2, 9, 12, dtype=torch.float64)
+    with torch.no_grad():
+        out, _ = layer(x, need_weights=False)
+        ref = _windowed_loop(layer, x, window)
+    torch.testing.assert_close(out, ref, **TOL[torch.float64])
+
+
+def test_windowed_mha_with_padding_equals_a_loop():
+    torch.manual_seed(5)
+    layer = MultiHeadAttention(8, 2, causal=True, window=3).double()
+    x = torch.randn(3, 7, 8, dtype=torch.float64)
+    lengths = [7, 4, 2]
+    pad = key_padding_to_attention_mask(padding_mask(lengths, 7))  # (batch, 1, 1, L)
+    with torch.no_grad():
+        out, w = layer(x, mask=pad, average_weights=False)
+        ref = _windowed_loop(layer, x, 3, lengths)
+    for b, n in enumerate(lengths):  # real tokens; padding queries are never scored
+        torch.testing.assert_close(out[b, :n], ref[b, :n], **TOL[torch.float64])
+    allowed = combine_masks(sliding_window_mask(7, window=3, like=x), pad)  # (batch, 1, L, L)
+    assert (w.masked_select(~allowed) == 0).all() and (w > 0).sum(-1).max() <= 3
+
+
+def test_window_limits_equal_causal_and_the_diagonal():
+    torch.manual_seed(6)
+    causal = MultiHeadAttention(8, 2, causal=True).double()
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    with torch.no_grad():
+        ref, _ = causal(x)
+        for window in (6, 7, 100):  # at least as long as the sequence: plain causal
+            wide = MultiHeadAttention(8, 2, causal=True, window=window).double()
+            wide.load_state_dict(causal.state_dict())
+            out, _ = wide(x)
+            torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        narrow = MultiHeadAttention(8, 2, causal=True, window=1).double()
+        narrow.load_state_dict(causal.state_dict())
+        _, w = narrow(x, average_weights=False)
+    torch.testing.assert_close(w, torch.eye(6, dtype=torch.float64).expand_as(w), rtol=0, atol=0)
+
+
+def test_window_is_part_of_the_config_and_repr():
+    layer = MultiHeadAttention(8, 2, causal=True, window=5)
+    assert layer.window == 5 and layer.config.window == 5
+    assert MultiHeadAttention.from_config(layer.config).window == 5
+    assert "window=5" in repr(layer)
+    assert MultiHeadAttention(8, 2).window is None and "window" not in repr(
+        MultiHeadAttention(8, 2))
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "parts"), [
+    (dict(window=3), ValueError, ("window: a sliding window looks back only",
+                                  "window=3 needs causal=True", "got causal=False")),
+    (dict(causal=True, window=0), ValueError, ("window: expected a positive int, got 0",)),
+    (dict(causal=True, window=-1), ValueError, ("window: expected a positive int, got -1",)),
+    (dict(causal=True, window=2.5), TypeError, ("window: expected a positive int, got float",)),
+    (dict(causal=True, window="4"), TypeError, ("window: expected a positive int, got str",)),
+])
+def test_bad_input_window(kwargs, exc, parts):
+    with raises(exc, *parts):
+        MultiHeadAttention(8, 2, **kwargs)
 
 
 # ================================================================ KV cache

@@ -17,8 +17,10 @@ from selfattn import (
     key_padding_to_attention_mask,
     padding_mask,
     scaled_dot_product_attention,
+    sliding_window_mask,
     to_additive_mask,
     to_blocked_mask,
+    window_mask_from_positions,
 )
 from selfattn.masks import fully_masked_rows
 
@@ -301,3 +303,141 @@ def test_bad_like():
 def test_bad_key_padding_ndim():
     with pytest.raises(ValueError, match=msg("pad:", "(batch, seq_len)", "(2, 1, 3)")):
         key_padding_to_attention_mask(np.ones((2, 1, 3), dtype=bool))
+
+
+# ------------------------------------------------------------------ sliding_window_mask
+def _window_loop(q_len: int, k_len: int, window: int, sinks: int = 0) -> np.ndarray:
+    """The rule in words: query i sits at position p = i + k_len - q_len and sees the
+    window - sinks most recent keys up to p, and the first sinks keys up to p."""
+    out = np.zeros((q_len, k_len), dtype=bool)
+    for i in range(q_len):
+        p = i + k_len - q_len
+        recent = range(max(0, p - (window - sinks) + 1), p + 1)
+        first = range(0, min(sinks, p + 1))
+        for j in set(recent) | set(first):
+            out[i, j] = True
+    return out
+
+
+def test_sliding_window_hand_values():
+    expected = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]], dtype=bool)
+    np.testing.assert_array_equal(sliding_window_mask(4, window=2), expected)
+    # 2 new queries at positions 3 and 4 of 5 tokens (cached decoding), window 3
+    expected = np.array([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]], dtype=bool)
+    np.testing.assert_array_equal(sliding_window_mask(2, 5, window=3), expected)
+    # one sink: key 0 stays visible, the window keeps the 2 most recent keys
+    expected = np.array([[1, 0, 1, 1, 0], [1, 0, 0, 1, 1]], dtype=bool)
+    np.testing.assert_array_equal(sliding_window_mask(2, 5, window=3, sinks=1), expected)
+
+
+@pytest.mark.parametrize("q_len,k_len", [(1, 1), (4, 4), (9, 9), (2, 7), (1, 12), (6, 3)])
+@pytest.mark.parametrize("window,sinks", [(w, k) for w in (1, 2, 3, 5, 20) for k in (0, 1, 2)
+                                          if k < w])
+def test_sliding_window_equals_a_loop(q_len, k_len, window, sinks):
+    mask = sliding_window_mask(q_len, k_len, window=window, sinks=sinks)
+    assert mask.shape == (q_len, k_len) and mask.dtype == np.bool_
+    np.testing.assert_array_equal(mask, _window_loop(q_len, k_len, window, sinks))
+    assert (mask.sum(-1) <= window).all()  # never more than window keys per query
+    assert not (mask & ~causal_mask(q_len, k_len)).any()  # never a future key
+
+
+@pytest.mark.parametrize("q_len,k_len", [(5, 5), (2, 9), (1, 4)])
+def test_sliding_window_limits(q_len, k_len):
+    # a window at least as long as the keys is the causal mask
+    np.testing.assert_array_equal(sliding_window_mask(q_len, k_len, window=k_len),
+                                  causal_mask(q_len, k_len))
+    np.testing.assert_array_equal(sliding_window_mask(q_len, k_len, window=100),
+                                  causal_mask(q_len, k_len))
+    # window 1: each query sees itself only (the bottom-right diagonal)
+    np.testing.assert_array_equal(sliding_window_mask(q_len, k_len, window=1),
+                                  np.eye(q_len, k_len, k=k_len - q_len, dtype=bool))
+
+
+def _band(q_len: int, k_len: int, window: int) -> torch.Tensor:
+    """The sliding window written with torch's own ops: a band of the all-ones matrix."""
+    ones = torch.ones(q_len, k_len, dtype=torch.bool)
+    offset = k_len - q_len
+    return ones.tril(offset) & ~ones.tril(offset - window)
+
+
+@pytest.mark.parametrize("q_len,k_len,window", [(8, 8, 3), (3, 10, 4), (1, 6, 2), (7, 7, 1)])
+def test_sliding_window_attention_matches_torch_sdpa(q_len, k_len, window):
+    gen = torch.Generator().manual_seed(q_len * 100 + k_len * 10 + window)
+    q = torch.randn(2, 3, q_len, 4, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 3, k_len, 4, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, 3, k_len, 5, generator=gen, dtype=torch.float64)
+    mask = sliding_window_mask(q_len, k_len, window=window, like=q)
+    assert mask.dtype == torch.bool
+    assert torch.equal(mask, _band(q_len, k_len, window))
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=_band(q_len, k_len, window))
+    ours, weights = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(ours, ref, **TOL64)
+    assert (weights[..., ~mask] == 0).all()  # blocked keys get weight exactly 0
+
+
+def test_sliding_window_composes_with_padding():
+    lengths, L, w = [6, 3, 8], 8, 3
+    pad = padding_mask(lengths, L)  # (batch, L)
+    mask = combine_masks(sliding_window_mask(L, window=w),
+                         key_padding_to_attention_mask(pad))  # (batch, 1, L, L)
+    assert mask.shape == (3, 1, L, L)
+    for b, n in enumerate(lengths):
+        expected = _window_loop(L, L, w) & (np.arange(L) < n)[None, :]
+        np.testing.assert_array_equal(mask[b, 0], expected)
+    # against torch's SDPA on the real tokens (padding queries are never scored)
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(3, 2, L, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    tmask = torch.from_numpy(mask)
+    ours, _ = scaled_dot_product_attention(q, k, v, tmask)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=tmask)
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(ours[b, :, :n], ref[b, :, :n], **TOL64)
+
+
+def test_window_mask_from_positions_with_gaps_equals_the_loop():
+    # keys held by a cache with 2 sinks that has dropped positions 2..5
+    k_pos = np.array([0, 1, 6, 7, 8, 9])
+    q_pos = np.array([8, 9])
+    mask = window_mask_from_positions(q_pos, k_pos, window=5, sinks=2)
+    full = _window_loop(10, 10, 5, 2)  # every position 0..9
+    np.testing.assert_array_equal(mask, full[np.ix_(q_pos, k_pos)])
+    tmask = window_mask_from_positions(torch.from_numpy(q_pos), torch.from_numpy(k_pos),
+                                       window=5, sinks=2)
+    assert tmask.dtype == torch.bool and torch.equal(tmask, torch.from_numpy(mask))
+    mixed = window_mask_from_positions(q_pos, torch.from_numpy(k_pos), window=5, sinks=2)
+    assert torch.equal(mixed, tmask)
+
+
+def test_sliding_window_like_torch_gives_tensor():
+    out = sliding_window_mask(3, 5, window=2, like=torch.zeros(1, dtype=torch.float64))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bool
+    np.testing.assert_array_equal(out.numpy(), sliding_window_mask(3, 5, window=2))
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "parts"), [
+    (dict(window=0), ValueError, ("window: expected a positive int, got 0",)),
+    (dict(window=-2), ValueError, ("window: expected a positive int, got -2",)),
+    (dict(window=2.0), TypeError, ("window: expected a positive int, got float",)),
+    (dict(window=True), TypeError, ("window: expected a positive int, got bool",)),
+    (dict(window=3, sinks=3), ValueError, ("sinks: expected fewer sinks than the window",
+                                           "window = 3", "got sinks=3")),
+    (dict(window=3, sinks=5), ValueError, ("sinks: ", "got sinks=5")),
+    (dict(window=3, sinks=-1), ValueError, ("sinks: expected an int >= 0, got -1",)),
+    (dict(window=3, sinks=1.0), TypeError, ("sinks: expected an int >= 0, got float",)),
+])
+def test_bad_sliding_window(kwargs, exc, parts):
+    with pytest.raises(exc, match=msg(*parts)):
+        sliding_window_mask(4, **kwargs)
+
+
+def test_bad_sliding_window_sizes_and_positions():
+    with pytest.raises(ValueError, match=msg("q_len: expected a positive int, got 0")):
+        sliding_window_mask(0, window=2)
+    with pytest.raises(TypeError, match=msg("window: expected a positive int, got NoneType")):
+        sliding_window_mask(3, window=None)
+    with pytest.raises(TypeError, match=msg("key_positions: expected integer positions",
+                                            "float64")):
+        window_mask_from_positions(np.arange(2), np.arange(3.0), window=2)
+    with pytest.raises(ValueError, match=msg("query_positions: expected", "(q_len,)",
+                                             "(2, 1)")):
+        window_mask_from_positions(np.zeros((2, 1), dtype=int), np.arange(3), window=2)

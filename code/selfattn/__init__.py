@@ -17,7 +17,7 @@ from selfattn.kernel_regression import (
     gaussian_key_bias,
     nadaraya_watson,
 )
-from selfattn.kv_cache import KVCache, kv_cache_bytes
+from selfattn.kv_cache import KVCache, RollingKVCache, kv_cache_bytes
 from selfattn.language_model import LMConfig, TinyLM, evaluate_perplexity
 from selfattn.latent import (
     LatentAttentionConfig,
@@ -38,8 +38,10 @@ from selfattn.masks import (
     combine_masks,
     key_padding_to_attention_mask,
     padding_mask,
+    sliding_window_mask,
     to_additive_mask,
     to_blocked_mask,
+    window_mask_from_positions,
 )
 from selfattn.perplexity import (
     bits_per_token,
@@ -96,6 +98,7 @@ __all__ = [
     "nadaraya_watson",
     # kv_cache (keys and values kept for generation)
     "KVCache",
+    "RollingKVCache",
     "kv_cache_bytes",
     # language_model (tiny decoder-only transformer)
     "LMConfig",
@@ -118,8 +121,10 @@ __all__ = [
     "combine_masks",
     "key_padding_to_attention_mask",
     "padding_mask",
+    "sliding_window_mask",
     "to_additive_mask",
     "to_blocked_mask",
+    "window_mask_from_positions",
     # perplexity
     "bits_per_token",
     "negative_log_likelihood",

@@ -113,6 +113,22 @@ def check_positive_int(name: str, value: Any) -> None:
         raise ValueError(f"{name}: expected a positive int, got {value}")
 
 
+def check_window(window: Any, causal: Any) -> None:
+    """A sliding window setting: ``None``, or a positive int with ``causal`` True.
+
+    ``TypeError`` for a window that is not an int, ``ValueError`` for one below 1
+    or without ``causal`` (a sliding window looks back only).
+    """
+    if window is None:
+        return
+    check_positive_int("window", window)
+    if causal is not True:
+        raise ValueError(
+            f"window: a sliding window looks back only; window={window} needs causal=True, "
+            f"got causal={causal!r}"
+        )
+
+
 def check_dropout(p: Any) -> float:
     """``p`` as a float; ``TypeError`` unless a real number, ``ValueError`` unless in [0, 1)."""
     if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):

@@ -52,6 +52,7 @@ from selfattn._checks import (
     check_dropout,
     check_layer_input,
     check_positive_int,
+    check_window,
     shape_of,
 )
 from selfattn.kv_cache import KVCache, check_kv_cache
@@ -78,6 +79,7 @@ class BlockConfig:
     layer_norm_eps: float = 1e-5  # the epsilon of every LayerNorm (PyTorch's default)
     num_kv_heads: int | None = None  # key/value heads of the self-attention; None: num_heads
     positional: str | None = None  # position inside self-attention: None, "rope" or "alibi"
+    window: int | None = None  # sliding window of the self-attention (needs causal); None: off
     latent_dim: int | None = None  # d_c: multi-head latent attention (MLA) caching a d_c-wide
     # latent per token instead of keys and values; None: ordinary multi-head attention
     latent_q_dim: int | None = None  # d_c', MLA's query latent; None: queries straight from x
@@ -115,6 +117,7 @@ class BlockConfig:
             raise ValueError(
                 f"positional: expected None, 'rope' or 'alibi', got {self.positional!r}"
             )
+        check_window(self.window, self.causal)
         self._check_latent()
 
     def _check_latent(self) -> None:
@@ -134,6 +137,12 @@ class BlockConfig:
             raise ValueError(
                 f"num_kv_heads: multi-head latent attention rebuilds a key and a value for every "
                 f"head from the latent; leave num_kv_heads=None, got {self.num_kv_heads} with "
+                f"latent_dim={self.latent_dim}"
+            )
+        if self.window is not None:
+            raise ValueError(
+                f"window: multi-head latent attention has no sliding window here (its cache "
+                f"keeps every token's latent); got window={self.window} with "
                 f"latent_dim={self.latent_dim}"
             )
         if self.positional not in (None, "rope"):
@@ -189,10 +198,10 @@ class TransformerBlock(nn.Module):
 
     Attributes:
         ln1, attn: LayerNorm and :class:`~selfattn.layers.MultiHeadAttention`
-            of the self-attention sublayer (with the config's ``num_kv_heads``
-            and ``positional``), or with ``latent_dim`` a
+            of the self-attention sublayer (with the config's ``num_kv_heads``,
+            ``positional`` and ``window``), or with ``latent_dim`` a
             :class:`~selfattn.latent.MultiHeadLatentAttention` (its ``rope_dim``
-            is ``latent_rope`` and it has no ``num_kv_heads``).
+            is ``latent_rope`` and it has no ``num_kv_heads`` or ``window``).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
         ln2, mlp: LayerNorm and ``nn.Sequential(Linear, GELU/ReLU, Linear)``.
@@ -220,6 +229,7 @@ class TransformerBlock(nn.Module):
             self.attn = MultiHeadAttention(
                 d, config.num_heads, dropout=config.dropout, causal=config.causal,
                 num_kv_heads=config.num_kv_heads, positional=config.positional,
+                window=config.window,
             )
         else:  # multi-head latent attention: its cache holds latent_dim + latent_rope numbers
             self.attn = MultiHeadLatentAttention(

@@ -74,7 +74,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         into one head; queries and ``W_O`` are copied. With ``num_kv_heads ==
         mha.num_heads`` nothing is averaged and the new layer computes exactly
         what ``mha`` computes. ``kwargs`` go to the constructor (``positional``,
-        ...); ``causal``, dropout, ``head_dim`` and ``use_fused`` follow ``mha``.
+        ...); ``causal``, dropout, ``head_dim``, ``use_fused`` and ``window`` follow ``mha``.
         """
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"mha: expected a MultiHeadAttention, got {type(mha).__name__}")
@@ -82,6 +82,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         kwargs.setdefault("dropout", mha.dropout.p)
         kwargs.setdefault("head_dim", mha.head_dim)
         kwargs.setdefault("use_fused", mha.use_fused)
+        kwargs.setdefault("window", mha.window)
         layer = cls(mha.d_model, mha.num_heads, num_kv_heads,
                     bias=mha.w_q.bias is not None, **kwargs)
         layer.to(dtype=mha.w_q.weight.dtype, device=mha.w_q.weight.device)

@@ -48,7 +48,7 @@ from selfattn._checks import (
     check_token_range,
 )
 from selfattn.block import BlockConfig, TransformerBlock, check_block_cache
-from selfattn.kv_cache import KVCache
+from selfattn.kv_cache import KVCache, RollingKVCache
 from selfattn.latent import LatentKVCache
 from selfattn.perplexity import token_nll
 from selfattn.positional import (
@@ -77,6 +77,8 @@ class LMConfig:
     positional: str = "learned"  # "learned" (trainable table) or "sinusoidal" (fixed) added
     # to the embeddings; "rope" or "alibi" inside attention; "none": no positions at all
     num_kv_heads: int | None = None  # key/value heads (grouped-query attention); None: num_heads
+    window: int | None = None  # sliding-window attention in every block (needs causal): each
+    # token sees its last `window` tokens, itself included; None: all earlier tokens
     latent_dim: int | None = None  # d_c: multi-head latent attention caching a d_c-wide latent
     # per token and layer (see BlockConfig); None: ordinary multi-head attention
     latent_q_dim: int | None = None  # d_c', its query latent; None: queries straight from x
@@ -93,7 +95,7 @@ class LMConfig:
             raise ValueError(
                 f"d_model: sinusoidal positions need an even d_model, got {self.d_model}"
             )
-        self.block_config()  # BlockConfig checks d_ff, num_heads | d_model and num_kv_heads
+        self.block_config()  # BlockConfig checks d_ff, num_heads | d_model, num_kv_heads, window
 
     @property
     def ff_dim(self) -> int:
@@ -106,8 +108,9 @@ class LMConfig:
         return BlockConfig(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim,
                            dropout=float(self.dropout), norm_first=True, activation="gelu",
                            causal=self.causal, num_kv_heads=self.num_kv_heads,
-                           positional=inside, latent_dim=self.latent_dim,
-                           latent_q_dim=self.latent_q_dim, latent_rope_dim=self.latent_rope_dim)
+                           positional=inside, window=self.window,
+                           latent_dim=self.latent_dim, latent_q_dim=self.latent_q_dim,
+                           latent_rope_dim=self.latent_rope_dim)
 
 
 class TinyLM(nn.Module):
@@ -160,10 +163,17 @@ class TinyLM(nn.Module):
         return self.head(self.ln_f(x))  # (batch, L, vocab_size)
 
     def new_caches(self) -> list[KVCache] | list[LatentKVCache]:
-        """One empty cache per block, for :meth:`forward`: a :class:`~selfattn.kv_cache.KVCache`,
-        or with ``latent_dim`` a :class:`~selfattn.latent.LatentKVCache`."""
+        """One empty cache per block, for :meth:`forward`: a :class:`~selfattn.kv_cache.KVCache`.
+
+        With ``config.window`` each is a :class:`~selfattn.kv_cache.RollingKVCache`
+        of that window: it holds ``window`` tokens at most, and the logits equal
+        the full windowed pass (every block looks back ``window`` tokens only).
+        With ``latent_dim`` each is a :class:`~selfattn.latent.LatentKVCache`.
+        """
         if self.config.latent_dim is not None:
             return [LatentKVCache() for _ in self.blocks]
+        if self.config.window is not None:
+            return [RollingKVCache(self.config.window) for _ in self.blocks]
         return [KVCache() for _ in self.blocks]
 
     def forward(
@@ -176,7 +186,7 @@ class TinyLM(nn.Module):
             kv_caches: optional list of one :class:`~selfattn.kv_cache.KVCache`
                 (with ``latent_dim``: :class:`~selfattn.latent.LatentKVCache`)
                 per block (:meth:`new_caches`). The tokens of ``idx`` are then
-                the positions *after* the ``cached_len`` tokens already in the
+                the positions *after* the ``tokens_seen`` tokens already in the
                 caches; their keys/values are appended, and the result equals the
                 last ``L`` rows of a forward pass over the whole sequence
                 (causal models only).
@@ -188,7 +198,7 @@ class TinyLM(nn.Module):
         Raises:
             TypeError: ``idx`` is not an integer tensor; ``kv_caches`` is not a
                 list of KVCache.
-            ValueError: ``idx`` not 2-D or empty, ``cached_len + L >
+            ValueError: ``idx`` not 2-D or empty, ``tokens_seen + L >
                 config.seq_len``, an id out of range (the message gives the shape
                 and the range seen), the wrong number of caches, or caches on a
                 non-causal model.
@@ -212,7 +222,7 @@ class TinyLM(nn.Module):
             raise ValueError(
                 "kv_caches: a KV cache is only valid for a causal model (config.causal=True)"
             )
-        offset = len(kv_caches[0])
+        offset = kv_caches[0].tokens_seen  # the position of idx[:, 0]
         check_token_ids(idx, self.config.vocab_size, seq_len=self.config.seq_len,
                         cached_len=offset)
         query_shape = (idx.shape[0], idx.shape[1], self.config.d_model)
@@ -295,8 +305,8 @@ class TinyLM(nn.Module):
                     break
                 if caches is None:
                     logits = self._logits(out[:, -window:])[:, -1]  # (batch, V)
-                elif len(caches[0]) < window:  # room left: feed only the new token
-                    logits = self._logits(nxt, caches, offset=len(caches[0]))[:, -1]
+                elif caches[0].tokens_seen < window:  # room left: feed only the new token
+                    logits = self._logits(nxt, caches, offset=caches[0].tokens_seen)[:, -1]
                 else:  # the window slides: every position shifts, rebuild the cache
                     caches = self.new_caches()
                     logits = self._logits(out[:, -window:], caches)[:, -1]  # (batch, V)

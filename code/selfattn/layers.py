@@ -25,7 +25,11 @@ pairs them); ``num_kv_heads=1`` is multi-query attention. A KV cache then holds
 ``positional="rope"`` rotates queries and keys by their positions
 (:func:`~selfattn.positional.apply_rotary`), ``positional="alibi"`` adds
 :func:`~selfattn.positional.alibi_bias` to the scores: either way the score of
-query ``i`` and key ``j`` depends on ``j - i`` only.
+query ``i`` and key ``j`` depends on ``j - i`` only. **Sliding window.**
+``window=w`` (with ``causal=True``) lets each query see only its own key and
+the ``w - 1`` before it (:func:`~selfattn.masks.sliding_window_mask`); a
+:class:`~selfattn.kv_cache.RollingKVCache` of ``w`` then holds everything the
+layer can still use, and its keys are masked by their positions.
 
 A layer checks its inputs once, in ``forward``, and then computes without
 checking again; :meth:`MultiHeadAttention.attend` is that computation, for
@@ -81,17 +85,19 @@ from selfattn._checks import (
     check_layer_input,
     check_mask_shape,
     check_positive_int,
+    check_window,
     is_tensor,
     shape_of,
 )
 from selfattn.array_types import Array
 from selfattn.attention import scaled_dot_product_attention_unchecked
-from selfattn.kv_cache import KVCache, check_kv_cache
+from selfattn.kv_cache import KVCache, RollingKVCache, check_kv_cache
 from selfattn.masks import (
     causal_mask,
     combine_masks,
     fully_masked_rows,
     key_padding_to_attention_mask,
+    sliding_window_mask,
     to_additive_mask,
 )
 from selfattn.positional import alibi_bias, apply_rotary
@@ -150,12 +156,17 @@ def _attend(
 def _add_causal(mask: Tensor | None, q_len: int, k_len: int, like: Tensor) -> Tensor:
     """AND a bottom-right aligned causal mask ``(q_len, k_len)`` into ``mask``."""
     causal = causal_mask(q_len, k_len, like=like)  # (q_len, k_len), True = may attend
+    return _add_allowed(mask, causal)
+
+
+def _add_allowed(mask: Tensor | None, allowed: Tensor) -> Tensor:
+    """AND the bool ``allowed`` ``(q_len, k_len)`` (True = may attend) into ``mask``."""
     if mask is None:
-        return causal
+        return allowed
     if mask.dtype == torch.bool:
-        return combine_masks(mask, causal)
-    # additive mask: blocked future keys get -inf on top of the user's values
-    return mask + to_additive_mask(causal, mask.dtype)  # broadcast to (..., q_len, k_len)
+        return combine_masks(mask, allowed)
+    # additive mask: blocked keys get -inf on top of the user's values
+    return mask + to_additive_mask(allowed, mask.dtype)  # broadcast to (..., q_len, k_len)
 
 
 def _add_bias(mask: Tensor | None, bias: Tensor) -> Tensor:
@@ -391,7 +402,8 @@ class MultiHeadAttentionConfig:
         ValueError: ``num_heads`` not dividing ``d_model`` without ``head_dim``
             (the message names both), ``num_kv_heads`` not dividing
             ``num_heads``, a size <= 0, dropout outside [0, 1), an unknown
-            ``positional``, RoPE with an odd ``head_dim``.
+            ``positional``, RoPE with an odd ``head_dim``, a ``window`` without
+            ``causal``.
         TypeError: a size that is not an int, a dropout that is not a number.
     """
 
@@ -405,6 +417,8 @@ class MultiHeadAttentionConfig:
     num_kv_heads: int | None = None  # key/value heads, dividing num_heads; None: num_heads
     positional: str | None = None  # positions inside attention: None, "rope" or "alibi"
     rope_base: float = 10000.0  # RoPE's wavelength base (positional="rope")
+    window: int | None = None  # sliding window (needs causal): a query sees its last `window`
+    # keys, its own included; None: every earlier key
 
     def __post_init__(self) -> None:
         check_positive_int("d_model", self.d_model)
@@ -436,6 +450,7 @@ class MultiHeadAttentionConfig:
                 f"positional: RoPE rotates column pairs and needs an even head_dim, got "
                 f"head_dim={self.head_dim}"
             )
+        check_window(self.window, self.causal)
 
     @property
     def inner_dim(self) -> int:
@@ -476,6 +491,8 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads: key/value heads, dividing ``num_heads``; ``None``: ``num_heads``.
         positional: None, ``"rope"`` (needs an even ``head_dim``) or ``"alibi"``.
         rope_base: RoPE's wavelength base.
+        window: sliding window w (needs ``causal=True``): query ``i`` sees keys
+            ``i - w + 1 .. i`` only; ``None``: every earlier key.
 
     Attributes:
         w_q, w_k, w_v, w_o: the projections, ``nn.Linear``; ``W_Q = w_q.weight.T``.
@@ -489,13 +506,14 @@ class MultiHeadAttention(nn.Module):
         self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
         causal: bool = False, *, use_fused: bool = False, head_dim: int | None = None,
         num_kv_heads: int | None = None, positional: str | None = None,
-        rope_base: float = 10000.0,
+        rope_base: float = 10000.0, window: int | None = None,
     ) -> None:
         super().__init__()
         cfg = MultiHeadAttentionConfig(
             d_model=d_model, num_heads=num_heads, dropout=dropout, bias=bool(bias),
             causal=bool(causal), use_fused=bool(use_fused), head_dim=head_dim,
             num_kv_heads=num_kv_heads, positional=positional, rope_base=rope_base,
+            window=window,
         )
         assert cfg.head_dim is not None and cfg.num_kv_heads is not None  # resolved
         self.d_model, self.num_heads, self.head_dim = cfg.d_model, cfg.num_heads, cfg.head_dim
@@ -503,6 +521,7 @@ class MultiHeadAttention(nn.Module):
         self.group = cfg.num_heads // cfg.num_kv_heads  # query heads per key/value head
         self.causal, self.use_fused = cfg.causal, cfg.use_fused
         self.positional, self.rope_base = cfg.positional, cfg.rope_base
+        self.window = cfg.window
         kv_dim = cfg.num_kv_heads * cfg.head_dim  # width of the keys and values
         # creation order fixes which random numbers each weight gets: keep it
         self.w_q = nn.Linear(cfg.d_model, cfg.inner_dim, bias=cfg.bias)
@@ -519,7 +538,7 @@ class MultiHeadAttention(nn.Module):
             d_model=self.d_model, num_heads=self.num_heads, dropout=self.dropout.p,
             bias=self.w_q.bias is not None, causal=self.causal, use_fused=self.use_fused,
             head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
-            positional=self.positional, rope_base=self.rope_base,
+            positional=self.positional, rope_base=self.rope_base, window=self.window,
         )
 
     @classmethod
@@ -577,7 +596,9 @@ class MultiHeadAttention(nn.Module):
                 ``(batch, num_heads, q_len, k_len)``.
             kv_cache: optional :class:`~selfattn.kv_cache.KVCache` (``num_kv_heads``
                 heads); the new keys and values are appended, the queries attend
-                to every cached position, new tokens sit at ``cached_len ..``.
+                to every cached position, new tokens sit at ``tokens_seen ..``. A
+                :class:`~selfattn.kv_cache.RollingKVCache` holds only recent keys;
+                its keys are masked by position (and the window, if any).
 
         Returns:
             ``(output (batch, q_len, d_model), weights)``, the weights after dropout
@@ -609,7 +630,7 @@ class MultiHeadAttention(nn.Module):
         ``kv_cache`` of this layer's layout; the other arguments and the result as
         for :meth:`forward`.
         """
-        cached = 0 if kv_cache is None else len(kv_cache)
+        cached = 0 if kv_cache is None else kv_cache.tokens_seen  # position of the first new
         # 1. project, split into heads: h query heads, num_kv_heads key/value heads
         q = split_heads(self.w_q(query), self.num_heads)  # (batch, h, q_len, head_dim)
         k = split_heads(self.w_k(key), self.num_kv_heads)  # (batch, kv_heads, new_len, head_dim)
@@ -627,7 +648,18 @@ class MultiHeadAttention(nn.Module):
         q_len, k_len = q.shape[2], k.shape[2]
         if self.causal:
             mask = _add_causal(mask, q_len, k_len, q)  # bottom-right aligned: sees the cache
+        if isinstance(kv_cache, RollingKVCache):  # held keys are not 0..k_len-1: by position
+            mask = _add_allowed(mask, kv_cache.attention_mask(q_len, window=self.window, like=q))
+        elif self.window is not None:  # the last `window` keys, bottom-right aligned
+            mask = _add_allowed(mask, sliding_window_mask(q_len, k_len, window=self.window,
+                                                          like=q))
         if self.positional == "alibi":  # -m_j |i - j| for head j
+            if isinstance(kv_cache, RollingKVCache) and kv_cache.sinks:
+                raise ValueError(
+                    f"kv_cache: ALiBi's bias needs keys at consecutive positions; a "
+                    f"RollingKVCache with sinks={kv_cache.sinks} leaves a gap after its "
+                    "sinks (use sinks=0, or RoPE)"
+                )
             mask = _add_bias(mask, alibi_bias(self.num_heads, q_len, k_len, like=q))
 
         # 3. attention in every head at once
@@ -643,7 +675,8 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         names = ("d_model", "num_heads", "num_kv_heads", "head_dim", "causal", "positional")
         settings = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
-        return f"{settings}, dropout={self.dropout.p}, use_fused={self.use_fused}"
+        window = "" if self.window is None else f", window={self.window}"
+        return f"{settings}{window}, dropout={self.dropout.p}, use_fused={self.use_fused}"
 
 
 def _checked_inputs(
@@ -671,3 +704,4 @@ def _checked_inputs(
     if mask is not None:
         mask = as_head_mask(mask, query, (batch, layer.num_heads, q_len, k_len))
     return query, key, value, mask, unbatched
+

@@ -45,8 +45,10 @@ __all__ = [
     "combine_masks",
     "key_padding_to_attention_mask",
     "padding_mask",
+    "sliding_window_mask",
     "to_additive_mask",
     "to_blocked_mask",
+    "window_mask_from_positions",
 ]
 
 
@@ -113,6 +115,122 @@ def causal_mask(q_len: int, k_len: int | None = None, *, like: Array | None = No
     _check_like(like)
     mask = np.tril(np.ones((int(q_len), int(k_len)), dtype=bool), k=int(k_len) - int(q_len))
     return _to_backend(mask, like)
+
+
+def sliding_window_mask(
+    q_len: int, k_len: int | None = None, *, window: int, sinks: int = 0,
+    like: Array | None = None,
+) -> Array:
+    """Causal sliding-window mask, aligned to the bottom-right corner like :func:`causal_mask`.
+
+    Query ``i`` sits at position ``p = i + (k_len - q_len)`` and may attend key
+    ``j`` iff ``p - window < j <= p``: the last ``window`` keys up to and
+    including itself. ``window`` counts the keys a query sees, the query's own
+    key included, so ``window=1`` is the diagonal and ``window >= k_len`` is
+    :func:`causal_mask`. Every row has at most ``window`` True entries, which is
+    what lets a rolling cache (:class:`~selfattn.kv_cache.RollingKVCache`) keep
+    only ``window`` keys.
+
+    With ``sinks = k > 0`` the first ``k`` keys stay visible to every later
+    query (the "attention sinks" of StreamingLLM) and the window keeps the last
+    ``window - k`` keys: query ``p`` attends ``j`` iff ``j <= p`` and (``j < k``
+    or ``p - j < window - k``). A row still has at most ``window`` True entries.
+
+    Compose it with padding like any mask: ``combine_masks(sliding_window_mask(L,
+    window=w), key_padding_to_attention_mask(pad))``.
+
+    Args:
+        q_len: number of queries, a positive int.
+        k_len: number of keys, a positive int; defaults to ``q_len``.
+        window: w, the keys a query sees (itself included), a positive int.
+        sinks: k, leading keys every query keeps, an int with ``0 <= k < window``.
+        like: optional NumPy array or torch tensor; a tensor makes the result a
+            torch bool tensor on its device.
+
+    Returns:
+        ``(q_len, k_len)`` bool mask, True = may attend.
+
+    Raises:
+        TypeError: a size that is not an int, ``like`` not an array/tensor.
+        ValueError: ``q_len``, ``k_len`` or ``window`` not positive, ``sinks``
+            negative or not below ``window``.
+
+    Example:
+        >>> sliding_window_mask(4, window=2).astype(int)
+        array([[1, 0, 0, 0],
+               [1, 1, 0, 0],
+               [0, 1, 1, 0],
+               [0, 0, 1, 1]])
+    """
+    check_positive_int("q_len", q_len)
+    if k_len is None:
+        k_len = q_len
+    check_positive_int("k_len", k_len)
+    _check_window(window, sinks)
+    _check_like(like)
+    q_pos = np.arange(int(k_len) - int(q_len), int(k_len))  # (q_len,) bottom-right aligned
+    k_pos = np.arange(int(k_len))  # (k_len,)
+    mask = window_mask_from_positions(q_pos, k_pos, window=window, sinks=sinks)
+    return _to_backend(mask, like)
+
+
+def window_mask_from_positions(
+    query_positions: Array, key_positions: Array, *, window: int, sinks: int = 0
+) -> Array:
+    """:func:`sliding_window_mask` for queries and keys at the given token positions.
+
+    The rule of :func:`sliding_window_mask` written with positions: query at
+    position ``p`` may attend key at position ``j`` iff ``j <= p`` and (``j <
+    sinks`` or ``p - j < window - sinks``). A cache that has dropped keys (a
+    :class:`~selfattn.kv_cache.RollingKVCache`) holds keys whose positions are
+    not ``0 .. k_len - 1``; this masks them by where they really are.
+
+    Args:
+        query_positions: ``(q_len,)`` integer positions of the queries.
+        key_positions: ``(k_len,)`` integer positions of the keys.
+        window, sinks: as in :func:`sliding_window_mask`.
+
+    Returns:
+        ``(q_len, k_len)`` bool mask, True = may attend, in the backend of
+        ``key_positions`` (a torch tensor on its device if it is one).
+
+    Raises:
+        TypeError: positions not integer arrays/tensors, ``window``/``sinks`` not ints.
+        ValueError: positions not 1-D, ``window`` not positive, ``sinks`` negative
+            or not below ``window``.
+    """
+    _check_window(window, sinks)
+    for name, pos in (("query_positions", query_positions), ("key_positions", key_positions)):
+        check_array(name, pos)
+        integer = (not pos.is_floating_point() and not pos.is_complex()
+                   and pos.dtype != torch.bool) if is_tensor(pos) else (
+            np.issubdtype(pos.dtype, np.integer))
+        if not integer:
+            raise TypeError(f"{name}: expected integer positions, got dtype {pos.dtype}")
+        check_ndim(name, pos, 1, "(q_len,)" if name == "query_positions" else "(k_len,)")
+    if is_tensor(key_positions) and not is_tensor(query_positions):
+        query_positions = torch.from_numpy(query_positions).to(key_positions.device)
+    elif is_tensor(query_positions) and not is_tensor(key_positions):
+        query_positions = query_positions.cpu().numpy()
+    p, j = query_positions[:, None], key_positions[None, :]  # (q_len, 1), (1, k_len)
+    distance = p - j  # (q_len, k_len): how far back each key is
+    recent = distance < window - sinks  # inside the window
+    return (distance >= 0) & (recent | (j < sinks))  # (q_len, k_len), True = may attend
+
+
+def _check_window(window: Any, sinks: Any) -> None:
+    """``window`` a positive int, ``sinks`` an int with ``0 <= sinks < window``."""
+    check_positive_int("window", window)
+    if isinstance(sinks, bool) or not isinstance(sinks, (int, np.integer)):
+        raise TypeError(f"sinks: expected an int >= 0, got {type(sinks).__name__}")
+    if sinks < 0:
+        raise ValueError(f"sinks: expected an int >= 0, got {sinks}")
+    if sinks >= window:
+        raise ValueError(
+            f"sinks: expected fewer sinks than the window (sinks < window = {window}), "
+            f"got sinks={sinks}: the window counts the sinks and needs room for the "
+            "query's own key"
+        )
 
 
 def padding_mask(
