@@ -173,8 +173,8 @@ class BlockConfig:
 
     @property
     def latent_rope(self) -> int:
-        """d_R of the multi-head latent attention: 0 without RoPE, else ``latent_rope_dim``
-        (default ``head_dim // 2``)."""
+        """The width d_R of the latent attention's RoPE key, 0 without RoPE, else
+        ``latent_rope_dim`` (default ``head_dim // 2``)."""
         if self.positional != "rope":
             return 0
         if self.latent_rope_dim is not None:

@@ -315,7 +315,7 @@ class LatentAttentionConfig:
 
     @property
     def cached_per_token(self) -> int:
-        """Numbers the cache holds per token and layer: ``latent_dim + rope_dim``."""
+        """The count of numbers the cache holds per token and layer, ``latent_dim + rope_dim``."""
         return self.latent_dim + self.rope_dim
 
 
