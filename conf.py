@@ -167,7 +167,7 @@ notfound_urls_prefix = HOSTING.site_path
 # description (the page's first paragraph) and a preview image drawn by
 # images/make_diagrams.py. No tag names another host than the site's own.
 html_baseurl = HOSTING.site_url
-extensions += ["sphinx_sitemap", "sphinxext.opengraph"]
+extensions += ["sphinx_sitemap", "sitemap_every_page", "sphinxext.opengraph"]
 sitemap_url_scheme = "{link}"  # not the default {lang}{version}{link}: no /en/ folder here
 sitemap_show_lastmod = True
 sitemap_excludes = ["search.html", "genindex.html", "py-modindex.html", "404.html"]

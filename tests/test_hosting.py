@@ -353,6 +353,38 @@ def test_sitemap_lists_every_page_at_the_sites_address() -> None:
         assert lastmod and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", lastmod), lastmod
 
 
+@pytest.mark.slow
+@pytest.mark.build
+def test_sitemap_lists_every_page_after_an_incremental_build(tmp_path: Path) -> None:
+    """After an edit to one page Sphinx writes that page alone; sitemap.xml still lists
+    all of them (_ext/sitemap_every_page.py: sphinx-sitemap lists the written ones)."""
+    shutil.copytree(ROOT / "_ext", tmp_path / "_ext")
+    (tmp_path / "conf.py").write_text(
+        "import sys\nfrom pathlib import Path\n"
+        "sys.path.insert(0, str(Path(__file__).parent / '_ext'))\n"
+        "extensions = ['sphinx_sitemap', 'sitemap_every_page']\n"
+        "html_baseurl = 'https://example.org/book/'\n"
+        "sitemap_url_scheme = '{link}'\nexclude_patterns = ['_build', '_ext']\n"
+        "sitemap_excludes = ['search.html', 'genindex.html']\n")
+    pages = ["index", "one", "two", "three"]
+    (tmp_path / "index.rst").write_text("Book\n====\n\n.. toctree::\n\n   one\n   two\n   three\n")
+    for name in pages[1:]:
+        (tmp_path / f"{name}.rst").write_text(f"{name.title()}\n=====\n\nText.\n")
+
+    def build_and_read() -> set[str]:
+        cmd = [str(VENV_BIN / "sphinx-build"), "-N", "-W", "-q", "-b", "html", ".", "_build"]
+        result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        ns = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
+        root = ET.parse(tmp_path / "_build" / "sitemap.xml").getroot()
+        return {u.findtext(f"{ns}loc") for u in root.iter(f"{ns}url")}
+
+    every = {f"https://example.org/book/{name}.html" for name in pages}
+    assert build_and_read() == every
+    (tmp_path / "two.rst").write_text("Two\n=====\n\nEdited text.\n")
+    assert build_and_read() == every  # sphinx-sitemap alone: index.html and two.html
+
+
 # --- one pin, one command ------------------------------------------------------------
 
 def _torch_pin() -> str:

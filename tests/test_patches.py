@@ -231,3 +231,17 @@ def test_book_theme_still_removes_the_header_buttons_focus_ring() -> None:
         encoding="utf-8")
     assert ".bd-header-article .btn:focus{box-shadow:none}" in css, (
         "sphinx-book-theme keeps the focus ring now: custom.css's ring may go")
+
+
+def test_sphinx_sitemap_still_lists_only_the_pages_written_in_this_run() -> None:
+    """_ext/sitemap_every_page.py hands sphinx-sitemap the pages an incremental build did
+    not write. It is needed while sphinx-sitemap starts each build with an empty queue
+    that only its html-page-context handler fills."""
+    import sphinx_sitemap
+
+    assert "sitemap_links = Manager().Queue()" in inspect.getsource(
+        sphinx_sitemap.record_builder_type)
+    setup = inspect.getsource(sphinx_sitemap.setup)
+    assert 'app.connect("html-page-context", add_html_link)' in setup
+    assert 'app.connect("build-finished", create_sitemap)' in setup  # default priority 500
+    assert "found_docs" not in inspect.getsource(sphinx_sitemap)

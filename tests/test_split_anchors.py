@@ -4,6 +4,8 @@ Chapter 4 ("the whys") became 04-whys (scaling and softmax) and
 04b-subspaces-positions; chapter 5 ("causal attention") became 05-causal
 (masks and padding) and 05b-kv-cache. The transformer-block chapter moved from
 before the masks chapter to after it (it uses the masks), keeping its URL. The
+MQA/GQA section of attention-at-scale moved to kv-memory, the chapter on the KV
+cache. The
 old pages keep their URLs. Every anchor they had before the split or move must
 still resolve: either the old page still has it, or the old page's redirect
 script sends it to the new page, which has it. ``OLD_ANCHORS`` lists the
@@ -64,10 +66,22 @@ OLD_ANCHORS: dict[str, list[str]] = {
         "tb-training", "training-the-stack-adamw-and-warm-up", "fig-tb-schedule", "tb-summary",
         "summary", "tb-exercises", "exercises", "tb-copy-this", "copy-this",
     ],
+    "attention-at-scale": [
+        "ch-scale", "attention-at-scale", "as-positions", "positions-inside-attention",
+        "longer-than-trained", "training-twice-as-long", "fig-as-extrapolation", "as-gqa",
+        "sharing-keys-and-values-mqa-and-gqa", "as-tiled",
+        "attention-without-the-l-times-l-matrix", "attention-without-the--matrix",
+        "the-online-softmax", "memory-and-time-against-l", "memory-and-time-against-",
+        "fig-as-memory", "as-heads", "what-a-trained-model-attends-to", "fig-as-heads",
+        "as-summary", "summary", "as-exercises", "exercises", "as-copy-this", "copy-this",
+    ],
 }
-# where a page's moved sections went (transformer-block moved whole: nothing left it)
-NEW_PAGES = {"04-whys": "04b-subspaces-positions", "05-causal": "05b-kv-cache",
-             "transformer-block": None}
+# where a page's moved sections went (transformer-block moved whole: nothing left it); a
+# page whose sections went to several pages names them all
+NEW_PAGES: dict[str, str | tuple[str, ...] | None] = {
+    "04-whys": "04b-subspaces-positions", "05-causal": "05b-kv-cache",
+    "transformer-block": None, "attention-at-scale": ("kv-memory",),
+}
 CASES = [(page, anchor) for page, anchors in OLD_ANCHORS.items() for anchor in anchors]
 
 
@@ -77,10 +91,14 @@ def _ids(page: str) -> set[str]:
 
 
 def _redirects(page: str) -> dict[str, str]:
-    """The ``moved`` map of the page's redirect script: anchor -> page.html."""
+    """The ``moved`` maps of the page's redirect scripts, merged: anchor -> page.html.
+
+    A page whose sections went to several pages may carry one script per move."""
     html = (HTML / "chapters" / f"{page}.html").read_text(encoding="utf-8")
-    found = re.search(r"var moved = (\{.*?\});", html)
-    return json.loads(found.group(1)) if found else {}
+    moved: dict[str, str] = {}
+    for found in re.findall(r"var moved = (\{.*?\});", html):
+        moved |= json.loads(found)
+    return moved
 
 
 @pytest.mark.parametrize(("page", "anchor"), CASES, ids=[f"{p}#{a}" for p, a in CASES])
@@ -92,17 +110,21 @@ def test_old_anchor_still_resolves(page: str, anchor: str) -> None:
     moved = _redirects(page)
     assert anchor in moved, f"{page}.html#{anchor}: gone from the page and not redirected"
     target = Path(moved[anchor]).stem
-    assert target == NEW_PAGES[page], f"{page}#{anchor} redirects to {moved[anchor]}"
+    new_pages = NEW_PAGES[page]
+    allowed = new_pages if isinstance(new_pages, tuple) else (new_pages,)
+    assert target in allowed, f"{page}#{anchor} redirects to {moved[anchor]}"
     assert anchor in _ids(target), f"{page}#{anchor} redirects to {target}.html, which lacks it"
 
 
 def test_split_pages_are_in_the_toctree_in_reading_order() -> None:
     """The split chapters in order, and the block chapter after the masks it uses and
-    before the KV-cache chapter that generates with its TinyLM."""
+    before the KV-cache chapter that generates with its TinyLM; the chapter on the KV cache
+    at scale after attention-at-scale, whose MQA/GQA section moved into it."""
     require_built_site()
     index = (HTML / "index.html").read_text(encoding="utf-8")
     pages = ("03-multi-head", "04-whys", "04b-subspaces-positions", "05-causal",
-             "transformer-block", "05b-kv-cache", "06-perplexity")
+             "transformer-block", "05b-kv-cache", "06-perplexity", "attention-at-scale",
+             "kv-memory")
     order = [index.find(f'href="chapters/{p}.html"') for p in pages]
     assert -1 not in order, f"a chapter is missing from the table of contents: {order}"
     assert order == sorted(order), "the chapters are out of reading order"
@@ -114,7 +136,8 @@ def test_old_link_lands_on_the_moved_section(browser: object, site: str) -> None
     context = browser.new_context()
     try:
         page = context.new_page()
-        for old, new in (("04-whys", "04b-subspaces-positions"), ("05-causal", "05b-kv-cache")):
+        for old, new in (("04-whys", "04b-subspaces-positions"), ("05-causal", "05b-kv-cache"),
+                         ("attention-at-scale", "kv-memory")):
             anchor = next(a for a, target in _redirects(old).items()
                           if Path(target).stem == new)
             page.goto(f"{site}/chapters/{old}.html#{anchor}")
