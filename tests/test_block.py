@@ -368,3 +368,11 @@ def test_lmconfig_passes_the_options_to_every_block_and_the_final_norm() -> None
         LMConfig(vocab_size=13, seq_len=8, activation="swish")
     with pytest.raises(TypeError, match="softcap"):
         LMConfig(vocab_size=13, seq_len=8, softcap="30")
+
+
+@pytest.mark.parametrize(("option", "value"), [("qk_norm", True), ("softcap", 30.0)])
+def test_latent_attention_refuses_the_stable_logit_options(option: str, value: object) -> None:
+    """MLA has no QK-norm or soft-cap here: asking for both is a clear error, not ignored."""
+    with pytest.raises(ValueError, match=f"{option}: multi-head latent attention"):
+        BlockConfig(D, H, causal=True, latent_dim=8, **{option: value})
+    BlockConfig(D, H, causal=True, latent_dim=8)  # without them it builds

@@ -20,6 +20,12 @@ from selfattn.kernel_regression import (
 )
 from selfattn.kv_cache import KVCache, RollingKVCache, kv_cache_bytes
 from selfattn.language_model import LMConfig, TinyLM, evaluate_perplexity
+from selfattn.latent import (
+    LatentAttentionConfig,
+    LatentKVCache,
+    MultiHeadLatentAttention,
+    latent_cache_bytes,
+)
 from selfattn.layers import (
     CausalSelfAttention,
     MultiHeadAttention,
@@ -103,6 +109,11 @@ __all__ = [
     "LMConfig",
     "TinyLM",
     "evaluate_perplexity",
+    # latent (multi-head latent attention: keys and values rebuilt from a cached latent)
+    "LatentAttentionConfig",
+    "LatentKVCache",
+    "MultiHeadLatentAttention",
+    "latent_cache_bytes",
     # layers (torch attention layers; the old name selfattn.modules re-exports them)
     "CausalSelfAttention",
     "MultiHeadAttention",

@@ -30,6 +30,11 @@ masks the future in the self-attention only; the memory is a different
 sequence, so the cross-attention is never causal, and a memory padding mask
 keeps queries away from the source's padding tokens.
 
+With ``latent_dim`` set the self-attention is multi-head latent attention
+(:class:`~selfattn.latent.MultiHeadLatentAttention`): its KV cache holds one
+latent of ``latent_dim`` numbers and, with ``positional="rope"``, one RoPE key
+of ``latent_rope`` numbers per token, shared by every head.
+
 :meth:`TransformerBlock.from_torch` copies the parameters of a
 ``torch.nn.TransformerEncoderLayer`` or ``torch.nn.TransformerDecoderLayer``
 (``batch_first=True``); the tests check that both then give the same outputs.
@@ -63,6 +68,7 @@ from selfattn._checks import (
 )
 from selfattn.feedforward import SwiGLU, swiglu_width
 from selfattn.kv_cache import KVCache, check_kv_cache
+from selfattn.latent import LatentKVCache, MultiHeadLatentAttention, check_latent_cache
 from selfattn.layers import MultiHeadAttention
 from selfattn.normalization import make_norm
 
@@ -93,6 +99,11 @@ class BlockConfig:
     norm: str = "layernorm"  # the normalisation layers: "layernorm" (γ, β) or "rmsnorm" (γ)
     qk_norm: bool = False  # every attention: RMSNorm each head's queries and keys (QK-norm)
     softcap: float | None = None  # every attention: scores -> c tanh(scores / c), c = softcap
+    latent_dim: int | None = None  # d_c: multi-head latent attention (MLA) caching a d_c-wide
+    # latent per token instead of keys and values; None: ordinary multi-head attention
+    latent_q_dim: int | None = None  # d_c', MLA's query latent; None: queries straight from x
+    latent_rope_dim: int | None = None  # d_R, MLA's decoupled RoPE key width (positional="rope");
+    # None: head_dim // 2
 
     def __post_init__(self) -> None:
         check_positive_int("d_model", self.d_model)
@@ -129,13 +140,75 @@ class BlockConfig:
         if self.norm not in _NORMS:
             raise ValueError(f"norm: expected one of {_NORMS}, got {self.norm!r}")
         object.__setattr__(self, "softcap", check_softcap(self.softcap))
+        self._check_latent()
+
+    def _check_latent(self) -> None:
+        """The multi-head latent attention settings agree with the others."""
+        if self.latent_dim is None:
+            for name in ("latent_q_dim", "latent_rope_dim"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}: set latent_dim too (it is a setting of multi-head latent "
+                        f"attention), got {name}={getattr(self, name)!r} with latent_dim=None"
+                    )
+            return
+        check_positive_int("latent_dim", self.latent_dim)
+        if self.latent_q_dim is not None:
+            check_positive_int("latent_q_dim", self.latent_q_dim)
+        if self.num_kv_heads not in (None, self.num_heads):
+            raise ValueError(
+                f"num_kv_heads: multi-head latent attention rebuilds a key and a value for every "
+                f"head from the latent; leave num_kv_heads=None, got {self.num_kv_heads} with "
+                f"latent_dim={self.latent_dim}"
+            )
+        for name, value in (("qk_norm", self.qk_norm), ("softcap", self.softcap)):
+            if value not in (False, None):
+                raise ValueError(
+                    f"{name}: multi-head latent attention here has no QK-norm or soft-cap; "
+                    f"got {name}={value!r} with latent_dim={self.latent_dim}"
+                )
+        if self.window is not None:
+            raise ValueError(
+                f"window: multi-head latent attention has no sliding window here (its cache "
+                f"keeps every token's latent); got window={self.window} with "
+                f"latent_dim={self.latent_dim}"
+            )
+        if self.positional not in (None, "rope"):
+            raise ValueError(
+                f"positional: multi-head latent attention takes positions through its decoupled "
+                f"RoPE key (positional='rope') or none (None), got {self.positional!r}"
+            )
+        if self.positional is None and self.latent_rope_dim is not None:
+            raise ValueError(
+                f"latent_rope_dim: the decoupled RoPE key needs positional='rope', got "
+                f"latent_rope_dim={self.latent_rope_dim} with positional=None"
+            )
+        if self.positional == "rope":
+            rope = self.latent_rope
+            if isinstance(rope, bool) or not isinstance(rope, int) or rope <= 0 or rope % 2:
+                given = "" if self.latent_rope_dim is not None else (
+                    f" (the default head_dim // 2, head_dim = {self.d_model // self.num_heads})")
+                raise ValueError(
+                    f"latent_rope_dim: RoPE rotates column pairs and needs a positive even "
+                    f"width, got {rope!r}{given}; pass an even latent_rope_dim"
+                )
 
     @property
     def plain_attention(self) -> bool:
         """True when the self-attention is ordinary multi-head attention (no GQA, RoPE,
-        ALiBi, QK-norm or soft-capping)."""
+        ALiBi, QK-norm, soft-capping or latent attention)."""
         return (self.positional is None and self.num_kv_heads in (None, self.num_heads)
-                and not self.qk_norm and self.softcap is None)
+                and not self.qk_norm and self.softcap is None and self.latent_dim is None)
+
+    @property
+    def latent_rope(self) -> int:
+        """The width d_R of the latent attention's RoPE key, 0 without RoPE, else
+        ``latent_rope_dim`` (default ``head_dim // 2``)."""
+        if self.positional != "rope":
+            return 0
+        if self.latent_rope_dim is not None:
+            return self.latent_rope_dim
+        return self.d_model // self.num_heads // 2
 
     @property
     def ff_dim(self) -> int:
@@ -159,7 +232,10 @@ class TransformerBlock(nn.Module):
         ln1, attn: LayerNorm (or RMSNorm, ``norm="rmsnorm"``) and
             :class:`~selfattn.layers.MultiHeadAttention` of the self-attention
             sublayer (with the config's ``num_kv_heads``, ``positional``,
-            ``window``, ``qk_norm`` and ``softcap``).
+            ``window``, ``qk_norm`` and ``softcap``), or with ``latent_dim`` a
+            :class:`~selfattn.latent.MultiHeadLatentAttention` (its ``rope_dim``
+            is ``latent_rope`` and it has no ``num_kv_heads``, ``window``,
+            ``qk_norm`` or ``softcap``).
         ln_cross, cross_attn: the cross-attention sublayer (only with
             ``cross_attention=True``).
         ln2, mlp: LayerNorm (or RMSNorm) and ``nn.Sequential(Linear, GELU/ReLU,
@@ -185,11 +261,18 @@ class TransformerBlock(nn.Module):
         # creation order fixes which random numbers each weight gets: keep it
         self.ln1 = make_norm(config.norm, d, eps)
         stable = {"qk_norm": config.qk_norm, "softcap": config.softcap}  # default: both off
-        self.attn = MultiHeadAttention(
-            d, config.num_heads, dropout=config.dropout, causal=config.causal,
-            num_kv_heads=config.num_kv_heads, positional=config.positional,
-            window=config.window, **stable,
-        )
+        self.attn: MultiHeadAttention | MultiHeadLatentAttention
+        if config.latent_dim is None:
+            self.attn = MultiHeadAttention(
+                d, config.num_heads, dropout=config.dropout, causal=config.causal,
+                num_kv_heads=config.num_kv_heads, positional=config.positional,
+                window=config.window, **stable,
+            )
+        else:  # multi-head latent attention: its cache holds latent_dim + latent_rope numbers
+            self.attn = MultiHeadLatentAttention(
+                d, config.num_heads, config.latent_dim, rope_dim=config.latent_rope,
+                q_latent_dim=config.latent_q_dim, dropout=config.dropout, causal=config.causal,
+            )
         if config.cross_attention:
             self.ln_cross = make_norm(config.norm, d, eps)
             self.cross_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout,
@@ -205,7 +288,9 @@ class TransformerBlock(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     # -- the three sublayers, each returning what is added to the stream --------
-    def _self_attention(self, x: Tensor, mask: Any, kv_cache: KVCache | None) -> Tensor:
+    def _self_attention(
+        self, x: Tensor, mask: Any, kv_cache: KVCache | LatentKVCache | None
+    ) -> Tensor:
         out, _ = self.attn.attend(x, x, x, mask, need_weights=False, kv_cache=kv_cache)
         return self.drop(out)  # (batch, L, d_model)
 
@@ -224,7 +309,7 @@ class TransformerBlock(nn.Module):
         *,
         mask: Any = None,
         memory_mask: Any = None,
-        kv_cache: KVCache | None = None,
+        kv_cache: KVCache | LatentKVCache | None = None,
     ) -> Tensor:
         """Run the block on the residual stream ``x``.
 
@@ -240,7 +325,8 @@ class TransformerBlock(nn.Module):
                 ``(batch, num_heads, L, k_len)``, usually the source padding
                 ``key_padding_to_attention_mask(source_pad)`` ``(batch, 1, 1, k_len)``.
             kv_cache: optional :class:`~selfattn.kv_cache.KVCache` for the
-                self-attention (incremental decoding).
+                self-attention (incremental decoding); a
+                :class:`~selfattn.latent.LatentKVCache` with ``latent_dim``.
 
         Returns:
             ``(batch, L, d_model)``, the updated residual stream.
@@ -257,7 +343,7 @@ class TransformerBlock(nn.Module):
 
     def update(
         self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
-        memory_mask: Tensor | None = None, kv_cache: KVCache | None = None,
+        memory_mask: Tensor | None = None, kv_cache: KVCache | LatentKVCache | None = None,
     ) -> Tensor:
         """:meth:`forward` on checked, batched inputs: the block itself, no checks.
 
@@ -340,7 +426,7 @@ def _checked_inputs(
     batch, seq_len = x.shape[0], x.shape[1]
     k_len = seq_len
     if kv_cache is not None:
-        check_kv_cache(kv_cache, block.attn.num_kv_heads, block.attn.head_dim, shape_of(x))
+        check_block_cache(block, kv_cache, shape_of(x))
         k_len += len(kv_cache)
     if mask is not None:
         mask = as_head_mask(mask, x, (batch, cfg.num_heads, seq_len, k_len))
@@ -348,3 +434,14 @@ def _checked_inputs(
         memory_mask = as_head_mask(memory_mask, x, (batch, cfg.num_heads, seq_len,
                                                      source.shape[1]), "memory_mask")
     return x, (source if cfg.cross_attention else None), mask, memory_mask, unbatched
+
+
+def check_block_cache(block: TransformerBlock, kv_cache: Any, query_shape: tuple[int, ...]) -> None:
+    """``kv_cache`` fits the self-attention of ``block`` for input ``(batch, L, d_model)``:
+    a :class:`~selfattn.kv_cache.KVCache` of its key/value heads, or for multi-head latent
+    attention a :class:`~selfattn.latent.LatentKVCache` of its latent and RoPE widths."""
+    attn = block.attn
+    if isinstance(attn, MultiHeadLatentAttention):
+        check_latent_cache(kv_cache, attn.latent_dim, attn.rope_dim, query_shape)
+    else:
+        check_kv_cache(kv_cache, attn.num_kv_heads, attn.head_dim, query_shape)

@@ -53,9 +53,10 @@ from selfattn._checks import (
     check_token_ids,
     check_token_range,
 )
-from selfattn.block import BlockConfig, TransformerBlock
+from selfattn.block import BlockConfig, TransformerBlock, check_block_cache
 from selfattn.feedforward import swiglu_width
-from selfattn.kv_cache import KVCache, RollingKVCache, check_kv_cache
+from selfattn.kv_cache import KVCache, RollingKVCache
+from selfattn.latent import LatentKVCache
 from selfattn.normalization import make_norm
 from selfattn.perplexity import token_nll
 from selfattn.positional import (
@@ -91,6 +92,11 @@ class LMConfig:
     activation: str = "gelu"  # each block's MLP: "gelu", "relu" or "swiglu" (the gated MLP)
     qk_norm: bool = False  # every attention normalises its heads' queries and keys (QK-norm)
     softcap: float | None = None  # every attention's scores -> c tanh(scores / c), c = softcap
+    latent_dim: int | None = None  # d_c: multi-head latent attention caching a d_c-wide latent
+    # per token and layer (see BlockConfig); None: ordinary multi-head attention
+    latent_q_dim: int | None = None  # d_c', its query latent; None: queries straight from x
+    latent_rope_dim: int | None = None  # d_R, its decoupled RoPE key (positional="rope");
+    # None: head_dim // 2
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "d_model", "num_heads", "num_layers"):
@@ -123,7 +129,9 @@ class LMConfig:
                            activation=self.activation, causal=self.causal,
                            num_kv_heads=self.num_kv_heads, positional=inside, window=self.window,
                            attention_only=self.attention_only,
-                           norm=self.norm, qk_norm=self.qk_norm, softcap=self.softcap)
+                           norm=self.norm, qk_norm=self.qk_norm, softcap=self.softcap,
+                           latent_dim=self.latent_dim, latent_q_dim=self.latent_q_dim,
+                           latent_rope_dim=self.latent_rope_dim)
 
 
 class TinyLM(nn.Module):
@@ -166,7 +174,10 @@ class TinyLM(nn.Module):
         """Number of trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
-    def _logits(self, idx: Tensor, caches: list[KVCache] | None = None, offset: int = 0) -> Tensor:
+    def _logits(
+        self, idx: Tensor, caches: list[KVCache] | list[LatentKVCache] | None = None,
+        offset: int = 0,
+    ) -> Tensor:
         """Unchecked forward pass; ``idx`` ``(batch, L)`` at positions ``offset .. offset+L-1``."""
         x = self.pos(self.tok_emb(idx), offset=offset)  # (batch, L, d_model)
         x = self.emb_drop(x)
@@ -174,23 +185,29 @@ class TinyLM(nn.Module):
             x = block.update(x, kv_cache=None if caches is None else caches[i])  # (batch, L, d)
         return self.head(self.ln_f(x))  # (batch, L, vocab_size)
 
-    def new_caches(self) -> list[KVCache]:
-        """One empty :class:`~selfattn.kv_cache.KVCache` per block, for :meth:`forward`.
+    def new_caches(self) -> list[KVCache] | list[LatentKVCache]:
+        """One empty cache per block, for :meth:`forward`: a :class:`~selfattn.kv_cache.KVCache`.
 
         With ``config.window`` each is a :class:`~selfattn.kv_cache.RollingKVCache`
         of that window: it holds ``window`` tokens at most, and the logits equal
         the full windowed pass (every block looks back ``window`` tokens only).
+        With ``latent_dim`` each is a :class:`~selfattn.latent.LatentKVCache`.
         """
+        if self.config.latent_dim is not None:
+            return [LatentKVCache() for _ in self.blocks]
         if self.config.window is not None:
             return [RollingKVCache(self.config.window) for _ in self.blocks]
         return [KVCache() for _ in self.blocks]
 
-    def forward(self, idx: Tensor, kv_caches: list[KVCache] | None = None) -> Tensor:
+    def forward(
+        self, idx: Tensor, kv_caches: list[KVCache] | list[LatentKVCache] | None = None
+    ) -> Tensor:
         """Next-token logits for every position.
 
         Args:
             idx: ``(batch, L)`` integer token ids in ``[0, vocab_size)``.
             kv_caches: optional list of one :class:`~selfattn.kv_cache.KVCache`
+                (with ``latent_dim``: :class:`~selfattn.latent.LatentKVCache`)
                 per block (:meth:`new_caches`). The tokens of ``idx`` are then
                 the positions *after* the ``tokens_seen`` tokens already in the
                 caches; their keys/values are appended, and the result equals the
@@ -213,7 +230,7 @@ class TinyLM(nn.Module):
             check_token_ids(idx, self.config.vocab_size, seq_len=self.config.seq_len)
             return self._logits(idx)
         if not isinstance(kv_caches, (list, tuple)) or not all(
-            isinstance(c, KVCache) for c in kv_caches
+            isinstance(c, (KVCache, LatentKVCache)) for c in kv_caches
         ):
             raise TypeError(
                 f"kv_caches: expected a list of KVCache (one per block), "
@@ -233,7 +250,7 @@ class TinyLM(nn.Module):
                         cached_len=offset)
         query_shape = (idx.shape[0], idx.shape[1], self.config.d_model)
         for block, cache in zip(self.blocks, kv_caches, strict=True):
-            check_kv_cache(cache, block.attn.num_kv_heads, block.attn.head_dim, query_shape)
+            check_block_cache(block, cache, query_shape)
         return self._logits(idx, list(kv_caches), offset=offset)
 
     @torch.no_grad()
