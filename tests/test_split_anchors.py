@@ -131,14 +131,16 @@ def test_old_anchor_still_resolves(page: str, anchor: str) -> None:
 
 def test_split_pages_are_in_the_toctree_in_reading_order() -> None:
     """The split chapters in order: the block chapters after the masks they use and
-    before the KV-cache chapter that generates with their TinyLM; the chapter on the KV
-    cache at scale after attention-at-scale, whose MQA/GQA section moved into it, then the
-    chapter that looks inside the trained models."""
+    before the KV-cache chapter that generates with their TinyLM; the two chapters on the
+    KV cache at scale after attention-at-scale, whose MQA/GQA section moved into the second:
+    sliding windows first (the second chapter's comparison uses a windowed model), then
+    kv-memory; then the chapter that looks inside the trained models."""
     require_built_site()
     index = (HTML / "index.html").read_text(encoding="utf-8")
     pages = ("03-multi-head", "04-whys", "04b-subspaces-positions", "05-causal",
              "transformer-block", "tinylm", "training-the-stack", "05b-kv-cache",
-             "06-perplexity", "attention-at-scale", "kv-memory", "inside-a-trained-model")
+             "06-perplexity", "attention-at-scale", "sliding-windows", "kv-memory",
+             "inside-a-trained-model")
     order = [index.find(f'href="chapters/{p}.html"') for p in pages]
     assert -1 not in order, f"a chapter is missing from the table of contents: {order}"
     assert order == sorted(order), "the chapters are out of reading order"
