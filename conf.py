@@ -30,6 +30,7 @@ extensions = [
     "katex_local",  # KaTeX CSS + fonts from node_modules into _static; parse errors fail
     "offscreen_sections",  # full layout when the reader jumps to a section (custom.css)
     "lazy_images",  # figures load as the reader nears them (loading="lazy")
+    "figure_twins",  # a diagram's dark-mode copy shares its light twin's figure number
     "vega_local",  # Vega-Lite from node_modules into _static; loaded only where a figure needs it
     "exec_cache",  # re-executes chapters whenever code/selfattn changes; heals a broken cache
     "chapter_execution",  # runs the chapters over both cores; failing cell in one screen; times

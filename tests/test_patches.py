@@ -245,3 +245,21 @@ def test_sphinx_sitemap_still_lists_only_the_pages_written_in_this_run() -> None
     assert 'app.connect("html-page-context", add_html_link)' in setup
     assert 'app.connect("build-finished", create_sitemap)' in setup  # default priority 500
     assert "found_docs" not in inspect.getsource(sphinx_sitemap)
+
+
+def test_sphinx_still_numbers_figures_at_env_get_updated_against_the_last_table() -> None:
+    """_ext/figure_twins.py runs one env-get-updated handler before and one after the
+    TocTreeCollector's (default priority 500): the one after rewrites the figure numbers
+    the collector assigned afresh; the one before gives it, as the table to compare
+    with, its own numbers of the last build. Whether Sphinx still numbers the hidden
+    dark copy (the bug) is checked by test_figure_twins.py's small book."""
+    from sphinx.environment.collectors import EnvironmentCollector, toctree
+
+    assert "app.connect('env-get-updated', self.get_updated_docs)" in inspect.getsource(
+        EnvironmentCollector.enable), "the collector's handler has a priority now"
+    collector = toctree.TocTreeCollector
+    assert "self.assign_figure_numbers(env)" in inspect.getsource(collector.get_updated_docs)
+    assign = inspect.getsource(collector.assign_figure_numbers)
+    assert "old_fignumbers = env.toc_fignumbers" in assign
+    assert "env.toc_fignumbers = {}" in assign
+    assert "fignums != old_fignumbers.get(docname)" in assign
