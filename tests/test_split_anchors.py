@@ -7,7 +7,8 @@ before the masks chapter to after it (it uses the masks), keeping its URL, and
 later became three: transformer-block (the block), tinylm (the stack and its
 gradients at initialisation) and training-the-stack (AdamW, warm-up, modern
 blocks trained). Attention-at-scale's MQA/GQA section moved to kv-memory, the
-chapter on the KV cache, and its trained-heads section to inside-a-trained-model.
+chapter on the KV cache, its trained-heads section to inside-a-trained-model, and
+its section on keeping the scores in range (QK-norm, soft-capping) to stable-logits.
 The old pages keep their URLs. Every anchor they had before the split or move must
 still resolve: either the old page still has it, or the old page's redirect
 script sends it to the new page, which has it. ``OLD_ANCHORS`` lists the
@@ -81,6 +82,9 @@ OLD_ANCHORS: dict[str, list[str]] = {
         "the-online-softmax", "memory-and-time-against-l", "memory-and-time-against-",
         "fig-as-memory", "as-heads", "what-a-trained-model-attends-to", "fig-as-heads",
         "as-summary", "summary", "as-exercises", "exercises", "as-copy-this", "copy-this",
+        # added after the splits above, moved to stable-logits
+        "as-stable-logits", "keeping-the-scores-in-range-qk-norm-and-soft-capping",
+        "measured-the-largest-score-during-training", "fig-as-stable",
     ],
 }
 # where a page's moved sections went: the pages an anchor may now live on, or, for a page
@@ -93,6 +97,10 @@ NEW_PAGES: dict[str, tuple[str, ...] | dict[str, str]] = {
         **{anchor: "kv-memory" for anchor in ("as-gqa", "sharing-keys-and-values-mqa-and-gqa")},
         **{anchor: "inside-a-trained-model"
            for anchor in ("as-heads", "what-a-trained-model-attends-to", "fig-as-heads")},
+        **{anchor: "stable-logits"
+           for anchor in ("as-stable-logits",
+                          "keeping-the-scores-in-range-qk-norm-and-soft-capping",
+                          "measured-the-largest-score-during-training", "fig-as-stable")},
     },
 }
 CASES = [(page, anchor) for page, anchors in OLD_ANCHORS.items() for anchor in anchors]
@@ -131,16 +139,17 @@ def test_old_anchor_still_resolves(page: str, anchor: str) -> None:
 
 def test_split_pages_are_in_the_toctree_in_reading_order() -> None:
     """The split chapters in order: the block chapters after the masks they use and
-    before the KV-cache chapter that generates with their TinyLM; the two chapters on the
-    KV cache at scale after attention-at-scale, whose MQA/GQA section moved into the second:
+    before the KV-cache chapter that generates with their TinyLM; stable-logits right
+    after attention-at-scale, whose section it was and whose models it trains; then the
+    two chapters on the KV cache at scale, whose MQA/GQA section moved into the second:
     sliding windows first (the second chapter's comparison uses a windowed model), then
     kv-memory; then the chapter that looks inside the trained models."""
     require_built_site()
     index = (HTML / "index.html").read_text(encoding="utf-8")
     pages = ("03-multi-head", "04-whys", "04b-subspaces-positions", "05-causal",
              "transformer-block", "tinylm", "training-the-stack", "05b-kv-cache",
-             "06-perplexity", "attention-at-scale", "sliding-windows", "kv-memory",
-             "inside-a-trained-model")
+             "06-perplexity", "attention-at-scale", "stable-logits", "sliding-windows",
+             "kv-memory", "inside-a-trained-model")
     order = [index.find(f'href="chapters/{p}.html"') for p in pages]
     assert -1 not in order, f"a chapter is missing from the table of contents: {order}"
     assert order == sorted(order), "the chapters are out of reading order"
@@ -155,7 +164,8 @@ def test_old_link_lands_on_the_moved_section(browser: object, site: str) -> None
         for old, new in (("04-whys", "04b-subspaces-positions"), ("05-causal", "05b-kv-cache"),
                          ("transformer-block", "training-the-stack"),
                          ("attention-at-scale", "kv-memory"),
-                         ("attention-at-scale", "inside-a-trained-model")):
+                         ("attention-at-scale", "inside-a-trained-model"),
+                         ("attention-at-scale", "stable-logits")):
             anchor = next(a for a, target in _redirects(old).items()
                           if Path(target).stem == new)
             page.goto(f"{site}/chapters/{old}.html#{anchor}")
