@@ -121,6 +121,11 @@ def svg_text_metrics(path: Path) -> tuple[float, float]:
     return float(view_box.group(1).split()[2]), min(sizes)
 
 
+# chapters that draw no figure (kv-memory's tables and numbers carry it since its window
+# figure moved to sliding-windows); each is checked to have none
+PAGES_WITHOUT_FIGURES = {"chapters/kv-memory.html"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rel", CHAPTER_PAGES)
 def test_figures_fit_a_phone_with_readable_text(browser: object, site: str, rel: str) -> None:
@@ -139,6 +144,9 @@ def test_figures_fit_a_phone_with_readable_text(browser: object, site: str, rel:
             raise AssertionError(f"{rel}: figures.js never fitted {unfitted}") from None
         small, not_svg, scrolls = [], [], []
         figures = page.evaluate(FIGURES_JS)
+        if rel in PAGES_WITHOUT_FIGURES:  # nothing to fit; a figure added later gets checked
+            assert not figures, f"{rel} has figures now: take it out of PAGES_WITHOUT_FIGURES"
+            return
         assert figures, f"{rel}: no figures found"
         for fig in figures:
             if not fig["src"].endswith(".svg"):
