@@ -12,6 +12,8 @@ small book of four pages with and without the extension, and again after an edit
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -182,13 +184,23 @@ def _small_book(root: Path, twins: bool) -> Path:
 
 
 def _build(src: Path) -> list[str]:
-    """Build src into src/../html; the pages this run wrote."""
+    """Build src into src/../html; the pages this run wrote.
+
+    Sphinx prints "writing output... [ 33%] c" a line per page, but where it thinks the
+    terminal has colour (CI=true, as .ci/run sets, or FORCE_COLOR) it prefixes each line
+    with an erase-line escape and ends it with a carriage return, even with -N. NO_COLOR
+    turns that off; the escapes are stripped as well, so the list never comes back empty
+    because of how a terminal was guessed."""
+    env = {**os.environ, "NO_COLOR": "1"}
     out = subprocess.run(
         [str(VENV_BIN / "sphinx-build"), "-N", "-W", "-b", "html", ".", "../html"],
-        cwd=src, capture_output=True, text=True, timeout=300)
+        cwd=src, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    return sorted(line.split()[-1] for line in out.stdout.splitlines()
-                  if line.startswith("writing output... [") and "]" in line)
+    lines = (re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", line) for line in out.stdout.splitlines())
+    written = sorted(line.split()[-1] for line in lines
+                     if line.startswith("writing output... [") and "]" in line)
+    assert written or "writing output" not in out.stdout, out.stdout[-2000:]
+    return written
 
 
 def _shown(src: Path, name: str) -> list[str]:
