@@ -99,7 +99,8 @@ def test_train_over_seeds_is_the_chapters_loop() -> None:
     settings = {"plain": {}, "fast, rope": {"lr": 0.05, "positional": "rope"}}
     runs = train_over_seeds(
         settings, (0, 1), data.train_ids, vocab_size=data.vocab_size, steps=4,
-        eval_every=2, record=lambda step, m: (step, m.tok_emb.weight.norm().item()),
+        shared={"eval_every": 2, "positional": "learned"},
+        record=lambda step, m: (step, m.tok_emb.weight.norm().item()),
         evaluate=lambda m, seed: (seed, m.config.positional))
     assert list(runs) == [("plain", 0), ("plain", 1), ("fast, rope", 0), ("fast, rope", 1)]
     for (name, seed), run in runs.items():  # each: what the chapters typed by hand
@@ -201,7 +202,9 @@ UP_WORDS = ("less than", "fewer than", "at most", "never passes", "never pass", 
             "under", "no more than", "not more than", "within", "up to", "smaller than")
 _BOUND = "|".join(sorted(map(re.escape, DOWN_WORDS + UP_WORDS), key=len, reverse=True))
 ROLE = re.compile(r"\{glue(?::text|:any|:)?\}`(?P<key>[^`:]+)(?::(?P<fmt>[^`]*))?`")
-BOUND_BEFORE = re.compile(rf"(?i)(?<![\w-])(?P<word>{_BOUND})\s*(?:\$[^$]*\$\s*)?$")
+BOUND_BEFORE = re.compile(rf"(?i)(?<![\w-])(?P<word>{_BOUND})\s*(?:an? (?:(?:fraction|factor) )?)?"
+                          r"(?:\$[^$]*\$\s*)?$")  # "at most a fraction {x}", "above $x =$ {x}"
+RANGE_AFTER = re.compile(r"\s*(?:to|–)\s*\{glue")
 CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(?P<code>.*?)^```[ \t]*$", re.S | re.M)
 HELPERS = {"round_down": "down", "round_up": "up"}
 
@@ -285,8 +288,8 @@ def undirected_bounds(source: str) -> list[str]:
             continue
         before = re.sub(r"\s+", " ", prose[max(0, role.start() - 80):role.start()])
         bound = BOUND_BEFORE.search(before)
-        if not bound:
-            continue
+        if not bound or RANGE_AFTER.match(prose, role.end()) or "\\approx" in bound.group(0):
+            continue  # no bound; a range's low end, "up to {lo} to {hi}"; "above $x \\approx$"
         word = bound.group("word").lower()
         want = "down" if word in DOWN_WORDS else "up"
         line = prose.count("\n", 0, role.start()) + 1
@@ -313,8 +316,10 @@ def test_the_bound_check_finds_what_it_should() -> None:
             'glue("e", round_up(z, 1, significant=True), display=False)\n'
             '```\n')
     ok = ("It never passes {glue:text}`a:.1f`, in every seed more than\n"
-          "{glue:text}`p_c_lo:.0f` times, at most {glue:text}`e:.0e`, between\n"
-          "{glue:text}`b:.2f` and {glue:text}`p_d_hi:.2f`; over {glue:text}`b` seeds.\n")
+          "{glue:text}`p_c_lo:.0f` times, at most a fraction {glue:text}`e:.0e`, between\n"
+          "{glue:text}`b:.2f` and {glue:text}`p_d_hi:.2f`; over {glue:text}`b` seeds; up to\n"
+          "{glue:text}`b:.2f` to {glue:text}`a:.1f` nats, far above $c \\approx$\n"
+          "{glue:text}`b:.0f`.\n")
     assert undirected_bounds(code + ok) == []
     bad = ("Less than {glue:text}`b:.1f`, at least {glue:text}`a:.1f`, below\n"
            "{glue:text}`p_c_hi:.0f`, above $x =$ {glue:text}`p_d_lo:.1f`, under\n"
@@ -327,3 +332,13 @@ def test_the_bound_check_finds_what_it_should() -> None:
     assert "'above' {glue:text}`p_d_lo:.1f`: glue it through round_down" in problems[3]
     assert "rounded to 1 digits, printed with 2" in problems[4]
     assert "printed with 2" in problems[5]  # .0% prints a percentage: 2 more digits
+
+
+def test_every_chapter_glues_its_bounds_in_their_direction() -> None:
+    problems, directed = [], 0
+    for path in sorted(CHAPTERS.glob("*.md")):
+        source = path.read_text(encoding="utf-8")
+        problems += [f"{path.name} {p}" for p in undirected_bounds(source)]
+        directed += len(directed_keys(source))
+    assert not problems, "\n".join(problems)
+    assert directed >= 40  # the check reads the chapters' glue, not nothing

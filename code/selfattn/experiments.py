@@ -30,7 +30,7 @@ returns NaN.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from typing import Any
@@ -181,7 +181,7 @@ class Run:
         result: ``evaluate(model, seed)`` after training, if an ``evaluate`` was given.
     """
 
-    setting: str
+    setting: Hashable
     seed: int
     model: TinyLM
     history: list[dict[str, Any]]
@@ -190,19 +190,20 @@ class Run:
 
 
 def train_over_seeds(
-    settings: Mapping[str, Mapping[str, Any]],
+    settings: Mapping[Hashable, Mapping[str, Any]],
     seeds: Iterable[int],
     train_ids: Any,
     *,
-    build: Callable[..., TinyLM] | None = None,
     vocab_size: int | None = None,
+    shared: Mapping[str, Any] | None = None,
+    build: Callable[..., TinyLM] | None = None,
     record: Callable[[int, TinyLM], Any] | None = None,
     evaluate: Callable[[TinyLM, int], Any] | None = None,
     steps: int = 120,
     batch_size: int = 16,
     lr: float = 1e-2,
     **train_options: Any,
-) -> dict[tuple[str, int], Run]:
+) -> dict[tuple[Hashable, int], Run]:
     """Train one model per setting and seed; the runs, keyed ``(setting, seed)``.
 
     Settings in order, and for each the seeds in order: build the model with
@@ -219,9 +220,11 @@ def train_over_seeds(
             ``build``.
         seeds: the seeds, the same for every setting.
         train_ids: the training token ids.
+        vocab_size: V for the default ``build``.
+        shared: keyword arguments of every setting (a setting's own win),
+            routed as the settings' are, e.g. ``{"positional": "rope"}``.
         build: ``build(seed=..., **model_settings) -> TinyLM``; it must seed its
             own random draws. Default :func:`toy_model`.
-        vocab_size: V for the default ``build``.
         record: ``record(step, model)``, kept in :attr:`Run.records` at every
             recorded step (it must not draw from torch's random generator).
         evaluate: ``evaluate(model, seed)``, kept in :attr:`Run.result`.
@@ -253,11 +256,12 @@ def train_over_seeds(
     if not seeds:
         raise ValueError("seeds: expected at least one seed, got none")
     defaults = {"steps": steps, "batch_size": batch_size, "lr": lr, **train_options}
-    runs: dict[tuple[str, int], Run] = {}
+    runs: dict[tuple[Hashable, int], Run] = {}
     for name, options in settings.items():
         if not isinstance(options, Mapping):
             raise TypeError(f"settings[{name!r}]: expected a mapping of keyword arguments, "
                             f"got {type(options).__name__}")
+        options = dict(shared or {}) | dict(options)
         training = defaults | {k: v for k, v in options.items() if k in TRAIN_OPTIONS}
         model_settings = {k: v for k, v in options.items() if k not in TRAIN_OPTIONS}
         for seed in seeds:
