@@ -2,7 +2,9 @@
 
 The second half reads every chapter's source: a glued number right after a bound
 word ("more than", "at most", ...) must be glued through round_down / round_up,
-in the bound's direction and with the digits the prose prints.
+in the bound's direction and with the digits the prose prints. The check cannot
+see a negation, which flips the direction ("no head puts more than x" is "every
+head puts at most x"): write such a bound positively.
 """
 
 from __future__ import annotations
