@@ -63,8 +63,11 @@ __all__ = [
 
 # --- the toy grammar ---------------------------------------------------------------
 
+#: The grammar's subjects, drawn first in every sentence.
 SUBJECTS = ("the cat", "a dog", "the river", "my money", "an old bird")
+#: Its verbs, drawn second.
 VERBS = ("walks by", "sleeps near", "flows past", "grows in", "sits on")
+#: Its places, drawn last.
 PLACES = ("the bank", "the river", "the tree", "the house")
 
 
@@ -140,7 +143,7 @@ def toy_data(sentences: int = 3000, *, held_out_chars: int | None = 4096,
 
 # --- models and runs ---------------------------------------------------------------
 
-MODEL_DEFAULTS: dict[str, Any] = {"seq_len": 16, "d_model": 32, "num_heads": 4, "num_layers": 2}
+_MODEL_DEFAULTS: dict[str, Any] = {"seq_len": 16, "d_model": 32, "num_heads": 4, "num_layers": 2}
 
 TRAIN_OPTIONS = frozenset(
     {"steps", "batch_size", "lr", "eval_tokens", "eval_every", "weight_decay", "warmup",
@@ -165,7 +168,7 @@ def toy_model(vocab_size: int, *, seed: int | None = None, **settings: Any) -> T
     """
     if seed is not None:
         torch.manual_seed(seed)
-    return TinyLM(LMConfig(vocab_size=vocab_size, **(MODEL_DEFAULTS | settings)))
+    return TinyLM(LMConfig(vocab_size=vocab_size, **(_MODEL_DEFAULTS | settings)))
 
 
 @dataclass
@@ -228,7 +231,8 @@ def train_over_seeds(
         record: ``record(step, model)``, kept in :attr:`Run.records` at every
             recorded step (it must not draw from torch's random generator).
         evaluate: ``evaluate(model, seed)``, kept in :attr:`Run.result`.
-        steps, batch_size, lr, **train_options: the training's defaults
+        steps: the training's default number of steps; likewise
+            ``batch_size``, ``lr`` and any other ``train_options``
             (:func:`~selfattn.training.train_language_model`).
 
     Returns:
