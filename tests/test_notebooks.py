@@ -181,6 +181,21 @@ def test_extra_requirements_name_only_what_selfattn_does_not_bring() -> None:
     assert [e.split("==")[0] for e in extras] == ["torchmetrics"], extras
 
 
+def test_installed_distributions_are_read_once_for_every_page(monkeypatch) -> None:
+    """Reading every installed file list costs 0.2-0.5 s of CPU; a build publishes a
+    notebook per chapter and each asks which distribution owns each import."""
+    import publish_notebooks
+
+    calls = []
+    real = publish_notebooks.metadata.packages_distributions
+    monkeypatch.setattr(publish_notebooks.metadata, "packages_distributions",
+                        lambda: calls.append(1) or real())
+    publish_notebooks._module_owners.cache_clear()
+    for _page in range(3):
+        assert extra_requirements({"numpy", "torchmetrics"}) == extra_requirements({"torchmetrics"})
+    assert len(calls) == 1
+
+
 def test_publish_drops_glue_only_cells_and_glue_outputs() -> None:
     glue_out = {"output_type": "display_data", "data": {"text/plain": "1"},
                 "metadata": {"scrapbook": {"name": "k", "mime_prefix": ""}}}
@@ -411,3 +426,15 @@ def test_built_launch_links(chapter: Path) -> None:
     repo_name = REPOSITORY.rsplit("/", 1)[-1]
     assert unquote(unquote(binder[0])).endswith(f"/{repo_name}/{nb_rel}")
     assert "branch=gh-pages" in unquote(binder[0])
+
+
+@pytest.mark.html
+def test_bibliography_is_loaded_once_per_build() -> None:
+    """Each page's notebook used to load and format references.bib twice (~15 s a page,
+    pages written one after another). The build records what publishing did in
+    ``_build/publish-stats.json``: one load for all the pages it wrote, however many."""
+    require_built_site()
+    stats = json.loads((HTML.parent / "publish-stats.json").read_text(encoding="utf-8"))
+    chapters = {f"chapters/{c.stem}" for c in CHAPTERS}
+    assert set(stats["pages"]) <= chapters, sorted(set(stats["pages"]) - chapters)
+    assert stats["bibliography_loads"] == (1 if stats["pages"] else 0), stats
