@@ -181,6 +181,7 @@ def test_webpack_macros_copy_differs_from_the_theme_only_by_fontawesome() -> Non
     assert len(dropped) == 1 and "fontawesome.js" in dropped[0], dropped
 
 
+@pytest.mark.html
 def test_pages_have_one_pair_of_sidebar_buttons() -> None:
     """With no navbar_* items the theme renders an empty top bar, so the article header's
     buttons are the only .primary-toggle and .secondary-toggle, and the themes, which bind
@@ -201,6 +202,7 @@ def _source_js(package: Path, name: str) -> str:
     return next(package.rglob(f"assets/scripts/{name}")).read_text(encoding="utf-8")
 
 
+@pytest.mark.html
 def test_the_mislabelled_controls_a11y_js_fixes_are_still_mislabelled() -> None:
     """a11y.js drops three attributes axe reports (the axe sweeps of make test-slow check
     the pages). Each is still in what the libraries write."""
