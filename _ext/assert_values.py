@@ -11,13 +11,18 @@ failed::
     assert share > 0.5                 ->  AssertionError: 0.48 > 0.5 is false
     assert 0 < p < 1 and n == 3        ->  AssertionError: 1.2 < 1 is false (p < 1)
 
+It also names the line of any failure, also under ``%xmode Minimal`` (see
+``_name_the_cell_lines_in_the_reply``).
+
 The cell's source is not touched (jupyter-cache keys the cache on it), and a passing
 assert does exactly what it did: every operand is evaluated once, in the same order,
 with the same short-circuits (``a < b < c`` never evaluates ``c`` when ``a < b`` fails;
 ``x and y`` never evaluates ``y`` when ``x`` fails), and the truth of each comparison is
 taken once. The values are held in names no code can spell (``@assert0``), deleted when
 the assert is done. Asserts with a message of their own, and tests that are not
-comparisons (``assert np.allclose(a, b)``), are left as they are. Should the transformer
+comparisons (``assert np.allclose(a, b)``), are left as they are. (A cell tagged
+raises-exception whose comparison fails on purpose would show the values in its error
+output too; no chapter has one.) Should the transformer
 ever fail on a cell, it leaves that cell as it is (IPython would otherwise print a
 warning into the cell's output and drop the transformer).
 """
@@ -148,7 +153,53 @@ def _store(name: str) -> ast.Name:
     return ast.Name(name, ast.Store())
 
 
+def cell_lines(ipython: Any, error: BaseException) -> list[str]:
+    """``Cell In[n], line k`` for each frame of ``error``'s traceback that ran in a cell,
+    outermost first (a SyntaxError: where it is), as IPython's full traceback names them."""
+    cells = getattr(getattr(ipython, "compile", None), "_filename_map", None) or {}
+    lines = []
+    tb = error.__traceback__
+    while tb is not None:
+        n = cells.get(tb.tb_frame.f_code.co_filename)
+        if n is not None:
+            lines.append(f"Cell In[{n}], line {tb.tb_lineno}")
+        tb = tb.tb_next
+    if isinstance(error, SyntaxError) and cells.get(error.filename) is not None:
+        lines.append(f"Cell In[{cells[error.filename]}], line {error.lineno}")
+    return lines
+
+
+def _name_the_cell_lines_in_the_reply(ipython: Any) -> None:
+    """The execute reply's traceback ends with the cell lines the error passed through.
+
+    The chapters set ``%xmode Minimal`` (a cell tagged raises-exception shows only its
+    error), and then IPython's traceback has no frame at all, so the build could not say
+    which line of a failing cell failed. ipykernel sends the traceback twice: as the
+    cell's error output (what a page shows) and, from ``shell._last_traceback``, in the
+    execute reply, which nbclient turns into the CellExecutionError the build reports.
+    Only the second gets the lines. Wraps ipykernel's ``ZMQInteractiveShell._showtraceback``
+    on this shell (_ext/README.md lists it); without ipykernel it does nothing.
+    """
+    original = getattr(ipython, "_showtraceback", None)
+    if original is None or getattr(original, "_names_cell_lines", False):
+        return
+
+    def _showtraceback(etype: type, evalue: BaseException, stb: list[str]) -> None:
+        original(etype, evalue, stb)  # the error output, as it was
+        try:
+            if getattr(ipython, "_last_traceback", None) is stb:
+                lines = cell_lines(ipython, evalue)
+                if lines:
+                    ipython._last_traceback = [*stb, *lines]
+        except Exception:  # never let the report's extra lines hide the error itself
+            pass
+
+    _showtraceback._names_cell_lines = True
+    ipython._showtraceback = _showtraceback
+
+
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the transformer in this kernel (once)."""
+    """Register the transformer in this kernel (once), and the cell lines of a failure."""
     if not any(isinstance(t, AssertValues) for t in ipython.ast_transformers):
         ipython.ast_transformers.append(AssertValues())
+    _name_the_cell_lines_in_the_reply(ipython)

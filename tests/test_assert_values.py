@@ -196,3 +196,37 @@ def test_the_reported_line_is_the_innermost_frame_of_the_failing_cell() -> None:
     assert _failing_line(tb((7, 30), (2, 12))) == 30  # in a function of cell 2
     assert _failing_line(tb((7, 30), (7, 3), (2, 12))) == 3
     assert _failing_line("no cell frames") is None
+
+
+def test_the_reply_names_the_cell_lines_and_the_error_output_stays_as_it_was() -> None:
+    """ipykernel's shell sends `stb` as the cell's error output and keeps it for the
+    execute reply; the wrapper adds the failure's cell lines to the reply's copy only."""
+    from types import SimpleNamespace
+
+    class KernelShell:  # the part of ipykernel's ZMQInteractiveShell the wrapper meets
+        def __init__(self) -> None:
+            self.compile = SimpleNamespace(_filename_map={"/tmp/ipykernel_1/7.py": 7})
+            self.ast_transformers: list = []
+            self.sent: list = []
+            self._last_traceback = None
+
+        def _showtraceback(self, etype, evalue, stb):
+            self.sent.append(list(stb))
+            self._last_traceback = stb
+
+    shell = KernelShell()
+    assert_values.load_ipython_extension(shell)
+    assert_values.load_ipython_extension(shell)  # once only
+    cell = "def check(v):\n    assert v > 0.5\n\n\ncheck(0.48)\n"
+    try:
+        exec(compile(cell, "/tmp/ipykernel_1/7.py", "exec"), {})
+    except AssertionError as exc:
+        error = exc
+    stb = ["AssertionError"]  # what %xmode Minimal shows
+    shell._showtraceback(AssertionError, error, stb)
+    assert shell.sent == [["AssertionError"]]  # the error output: as it was
+    assert shell._last_traceback == ["AssertionError", "Cell In[7], line 5",
+                                     "Cell In[7], line 2"]
+    from chapter_execution import _failing_line
+
+    assert _failing_line("\n".join(shell._last_traceback)) == 2

@@ -510,8 +510,15 @@ _LONG_FAILING_CELL = "\n".join(
 def test_a_failing_assert_deep_in_a_cell_shows_its_line_and_both_values(tmp_path: Path):
     """The report marks line 30 of the cell with its line in the file, shows the lines
     around it, and the assert's values (the kernels load _ext/assert_values.py), not a
-    bare AssertionError; the cell's source, which the cache keys on, is as written."""
+    bare AssertionError, also under %xmode Minimal; the cell's source, which the cache
+    keys on, is as written, and the page shows what the cell printed once it passes."""
     _mini_book(tmp_path, 41, extra_cell=_LONG_FAILING_CELL)
+    # as the chapters do (short errors for cells tagged raises-exception): IPython's
+    # traceback then names no line at all
+    index = tmp_path / "index.md"
+    index.write_text(index.read_text().replace(
+        "from myst_nb import glue\n",
+        'from myst_nb import glue\nget_ipython().run_line_magic("xmode", "Minimal")\n', 1))
     src = _LONG_FAILING_CELL.splitlines()
     assert src[29] == "assert share > 0.5"
     result = _build_mini_result(tmp_path, ("-n", "-W", "--keep-going", "-q"))
