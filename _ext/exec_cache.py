@@ -464,6 +464,45 @@ def remove_stale_records(cache: Path, state: dict[str, dict]) -> dict[str, list[
     return stale
 
 
+def legacy_key(root: Path, watched: list[str]) -> str:
+    """The name of the cache folder before dependencies were recorded: SHA-256 (first 16
+    hex digits) over the paths and bytes of every watched file."""
+    digest = hashlib.sha256()
+    for file in watched_files(root, watched):
+        digest.update(str(file.relative_to(root)).encode())
+        digest.update(b"\0")
+        digest.update(file.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def adopt_legacy_cache(cache: Path, root: Path, watched: list[str],
+                       state: dict[str, dict]) -> bool:
+    """Make the last cache of the earlier design (a folder named by the hash of the
+    package, made for the package as it is now) the cache; True if there was one.
+
+    Its records do not say what their chapters used, so each is recorded as depending
+    on the text of every watched file: the next edit to the package, of any kind,
+    re-executes them (as before), and from then on they record their own.
+    """
+    old = cache.parent / legacy_key(root, watched)
+    if cache.exists() or not old.is_dir() or cache_problem(old) is not None:
+        return False
+    every = {"version": DEPS_VERSION, "module": {r: h["module"] for r, h in state.items()},
+             "ran": {r: h["code"] for r, h in state.items()},
+             "read": {r: h["text"] for r, h in state.items()}}
+    old.rename(cache)
+    with closing(sqlite3.connect(cache / "global.db")) as con:
+        for pk, data in con.execute("SELECT pk, data FROM nbcache").fetchall():
+            record = json.loads(data) if data else {}
+            record[DEPS_KEY] = every
+            con.execute("UPDATE nbcache SET data = ? WHERE pk = ?", (json.dumps(record), pk))
+        con.commit()
+    logger.info(f"exec_cache: using the execution cache {old.name} as {cache.name}; its chapters "
+                "re-execute at the next edit of the package")
+    return True
+
+
 def _on_config_inited(app: Sphinx, config: Config) -> None:
     root = Path(app.confdir)
     work = Path(app.outdir).parent / WORK_DIR
@@ -475,6 +514,7 @@ def _on_config_inited(app: Sphinx, config: Config) -> None:
         os.path.realpath(root / w) for w in watched)
     os.environ[ENV_CODE] = str(work / "code")
     cache = root / config.exec_cache_root / CACHE_NAME
+    adopt_legacy_cache(cache, root, watched, state)
     moved = _move_aside_if_unusable(cache, root)
     app._exec_cache_reset = moved or not (cache / "global.db").exists()
     config.nb_execution_cache_path = str(cache)
