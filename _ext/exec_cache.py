@@ -43,6 +43,11 @@ themselves (as the editable install does), not a copy.
 A chapter edit alone leaves the package alone: only that chapter re-executes.
 The cache's database is created before Sphinx forks its readers (``-j``).
 
+The earlier design named the cache folder by a hash of every watched file.
+If no cache exists yet but such a folder matches the files as they are, it
+becomes the cache (:func:`adopt_legacy_cache`); its records depend on the
+text of every file until they are executed again.
+
 Before the build uses the cache, :func:`cache_problem` checks it: a database
 that SQLite cannot read (a full disk or a killed job leaves it truncated), or
 an entry whose executed notebook is missing. An unusable cache is moved aside
@@ -231,11 +236,13 @@ def stale_reasons(deps: Any, state: dict[str, dict]) -> list[str]:
             reasons.setdefault(rel, f"{rel} was removed")
         elif state[rel]["code"] != code:
             reasons.setdefault(rel, f"the code of {rel} changed (the chapter ran it)")
+    why = ("cached before chapters recorded what they used" if deps.get("adopted")
+           else "the chapter read it")
     for rel, text in sorted((deps.get("read") or {}).items()):
         if rel not in state:
             reasons.setdefault(rel, f"{rel} was removed")
         elif state[rel]["text"] != text:
-            reasons.setdefault(rel, f"the text of {rel} changed (the chapter read it)")
+            reasons.setdefault(rel, f"the text of {rel} changed ({why})")
     return list(reasons.values())
 
 
@@ -490,7 +497,7 @@ def adopt_legacy_cache(cache: Path, root: Path, watched: list[str],
         return False
     every = {"version": DEPS_VERSION, "module": {r: h["module"] for r, h in state.items()},
              "ran": {r: h["code"] for r, h in state.items()},
-             "read": {r: h["text"] for r, h in state.items()}}
+             "read": {r: h["text"] for r, h in state.items()}, "adopted": True}
     old.rename(cache)
     with closing(sqlite3.connect(cache / "global.db")) as con:
         for pk, data in con.execute("SELECT pk, data FROM nbcache").fetchall():

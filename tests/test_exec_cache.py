@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -206,3 +207,40 @@ def test_kernel_hook_notes_the_files_run_imported_and_read(tmp_path: Path) -> No
                                 f"imported {real['beta.py']}", f"ran {real['alpha.py']}",
                                 f"read {real['beta.py']}"]), start
         assert len(list((tmp_path / "code").iterdir())) == 3, start
+
+
+def test_the_last_cache_of_the_hash_named_design_is_adopted(tmp_path: Path) -> None:
+    """The cache folder named by the package's hash, made for the package as it is, becomes
+    the cache; its records depend on the text of every file, so a docstring edit, which
+    needs no execution from now on, still re-executes them once."""
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.cache.main import CacheBundleIn
+
+    pkg = _package(tmp_path)
+    root = tmp_path / "_build" / ".jupyter_cache"
+    old = root / exec_cache.legacy_key(tmp_path, ["pkg"])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    store = get_cache(str(old))
+    store.cache_notebook_bundle(CacheBundleIn(nb, "page.md", data={"execution_seconds": 1.5}),
+                                check_validity=False)
+    store.db.dispose()
+    other = root / "0123456789abcdef"  # made for another version of the package
+    other.mkdir()
+    state = exec_cache.package_state(tmp_path, ["pkg"])
+    cache = root / exec_cache.CACHE_NAME
+    assert exec_cache.adopt_legacy_cache(cache, tmp_path, ["pkg"], state)
+    assert not old.exists() and other.is_dir() and exec_cache.cache_problem(cache) is None
+    [record] = get_cache(str(cache)).list_cache_records()
+    assert record.uri == "page.md" and record.data["execution_seconds"] == 1.5
+    deps = record.data[exec_cache.DEPS_KEY]
+    assert exec_cache.stale_reasons(deps, state) == []
+    assert not exec_cache.adopt_legacy_cache(cache, tmp_path, ["pkg"], state)  # once
+    beta = pkg / "beta.py"
+    beta.write_text(beta.read_text().replace('"""B."""', '"""B, edited."""'))
+    now = exec_cache.package_state(tmp_path, ["pkg"])
+    assert exec_cache.stale_reasons(deps, now) == [
+        "the text of pkg/probe/beta.py changed (cached before chapters recorded what they used)"]
+    shutil.rmtree(cache)  # a cache of another package is not adopted
+    assert not exec_cache.adopt_legacy_cache(cache, tmp_path, ["pkg"], now)
