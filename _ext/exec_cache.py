@@ -439,6 +439,11 @@ def _move_aside_if_unusable(cache: Path, root: Path) -> bool:
     problem = cache_problem(cache)
     if problem is None:
         return False
+    _move_aside(cache, root, problem)
+    return True
+
+
+def _move_aside(cache: Path, root: Path, problem: str) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%S")
     aside = cache.with_name(f"{cache.name}.unusable-{stamp}")
     n = 1
@@ -451,7 +456,6 @@ def _move_aside_if_unusable(cache: Path, root: Path) -> bool:
         f"moved it to {aside.name} and re-executing the chapters.",
         file=sys.stderr, flush=True,
     )
-    return True
 
 
 def remove_stale_records(cache: Path, state: dict[str, dict]) -> dict[str, list[str]]:
@@ -526,7 +530,13 @@ def _on_config_inited(app: Sphinx, config: Config) -> None:
     app._exec_cache_reset = moved or not (cache / "global.db").exists()
     config.nb_execution_cache_path = str(cache)
     _create_database(cache)
-    stale = remove_stale_records(cache, state)
+    try:
+        stale = remove_stale_records(cache, state)
+    except (RuntimeError, KeyError, sqlite3.Error) as exc:  # damage cache_problem cannot see
+        _move_aside(cache, root, f"reading its records failed: {exc}")
+        app._exec_cache_reset = True
+        _create_database(cache)
+        stale = {}
     app._exec_cache_stale = stale
     srcdir = Path(app.srcdir)
     for uri, reasons in sorted(stale.items()):

@@ -244,3 +244,36 @@ def test_the_last_cache_of_the_hash_named_design_is_adopted(tmp_path: Path) -> N
         "the text of pkg/probe/beta.py changed (cached before chapters recorded what they used)"]
     shutil.rmtree(cache)  # a cache of another package is not adopted
     assert not exec_cache.adopt_legacy_cache(cache, tmp_path, ["pkg"], now)
+
+
+def test_a_cache_whose_records_cannot_be_read_is_moved_aside(tmp_path: Path, capsys) -> None:
+    """A database that passes cache_problem's checks but whose records jupyter-cache cannot
+    read (here: a table without its columns) is moved aside before the build, with one
+    line on stderr, and every chapter is re-read."""
+    import sqlite3
+    from types import SimpleNamespace
+
+    _package(tmp_path)
+    cache = tmp_path / "_build" / ".jupyter_cache" / exec_cache.CACHE_NAME
+    cache.mkdir(parents=True)
+    with sqlite3.connect(cache / "global.db") as con:
+        con.executescript("CREATE TABLE settings (pk); CREATE TABLE nbproject (pk);"
+                          "CREATE TABLE nbcache (pk, hashkey)")
+    con.close()
+    assert exec_cache.cache_problem(cache) is None
+    config = SimpleNamespace(exec_cache_watch=["pkg"], exec_cache_root="_build/.jupyter_cache")
+    app = SimpleNamespace(confdir=str(tmp_path), srcdir=str(tmp_path),
+                          outdir=str(tmp_path / "_build" / "html"))
+    environ = dict(os.environ)
+    try:
+        exec_cache._on_config_inited(app, config)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is unusable (reading its records failed: " in err[0], err
+    assert app._exec_cache_reset and app._exec_cache_stale == {}
+    assert config.nb_execution_cache_path == str(cache)
+    assert [p.name.startswith("notebooks.unusable-") for p in sorted(cache.parent.iterdir())] == [
+        False, True]
+    assert exec_cache.cache_problem(cache) is None and (cache / "global.db").is_file()
