@@ -11,12 +11,15 @@ file in the kernels' IPython directory (``_build/.ipython``, see
 ``chapter_execution``) installs an import hook for the watched files: each
 watched module is compiled with one call added at the top of every function
 body, which notes the file the first time any of its functions runs (the
-kernel writes one line to a file; the cost is one cheap call per package
-function call: ``sys.settrace`` under Python 3.11 made a training loop 1.7x
-and plain Python 5-7x slower). The kernel also notes each watched module it
-imports, and each watched file whose source text it reads through
-``linecache`` (``inspect.getsource``, a traceback with source lines). When the
-executed chapter is stored, its record in the cache gets ``exec_deps``:
+kernel writes one line to a file). The cost is one call per package function
+call, ~0.1-0.2 us: CPU time of 100 training steps of a small TinyLM, 4 runs
+each alternating, 3.42 s without the hook and 3.10 s with it (noise); with
+``sys.settrace`` (Python 3.11 then runs every instruction unspecialised) the
+same loop took 1.4-1.7x and a plain Python loop 3-7x as long. The kernel also
+notes each watched module it imports, and each watched file whose source text
+it reads through ``linecache`` (``inspect.getsource``, a traceback with source
+lines). When the executed chapter is stored, its record in the cache gets
+``exec_deps``:
 
 * ``module``: if the chapter imported any watched module, the *module-level
   code* of every watched file: the file's syntax tree without docstrings and
