@@ -265,6 +265,7 @@ def _exec_cache_hook():
     import marshal
     import os
     import sys
+    import traceback
 
     notes_file = os.environ.get("EXEC_CACHE_NOTES")
     roots = [r for r in os.environ.get("EXEC_CACHE_WATCH", "").split(os.pathsep) if r]
@@ -362,12 +363,20 @@ def _exec_cache_hook():
     sys.meta_path.insert(0, Finder)
 
     getlines = linecache.getlines
+    # Not a read: a snapshot of the live stack (torch.manual_seed keeps one, with source
+    # lines, for a lazy CUDA seed); shown, it would go to stderr, which fails the build.
+    snapshots = {traceback.extract_stack.__code__, traceback.format_stack.__code__,
+                 traceback.print_stack.__code__}
 
     def getlines_noted(filename, module_globals=None):
         if filename and not filename.startswith("<"):
             real = watched(filename)
-            if real:
-                note("read", real)
+            if real and ("read", real) not in noted:
+                frame = sys._getframe(1)
+                while frame is not None and frame.f_code not in snapshots:
+                    frame = frame.f_back
+                if frame is None:
+                    note("read", real)
         return getlines(filename, module_globals)
 
     linecache.getlines = getlines_noted

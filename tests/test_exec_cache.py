@@ -159,10 +159,19 @@ def test_unchanged_files_are_hashed_from_the_memo(tmp_path: Path) -> None:
 
 
 _KERNEL = """
-import inspect, json, sys
+import inspect, json, sys, traceback
 import probe
 from probe import alpha, beta
+
+
+class Snapshot:  # as torch.manual_seed does: keep the live stack, source lines and all
+    def __mul__(self, other):
+        traceback.format_stack()
+        return 1.0
+
+
 layer = alpha.Layer()
+assert layer.forward(Snapshot()) == 2.0  # not a read of alpha.py
 print(json.dumps({
     "forward": layer.forward(3.0),
     "doc": alpha.Layer.forward.__doc__,
@@ -181,8 +190,9 @@ except TypeError:  # its line number, without reading alpha's source (which is n
 
 def test_kernel_hook_notes_the_files_run_imported_and_read(tmp_path: Path) -> None:
     """The start-up file the kernels run: alpha's functions ran, beta was imported and its
-    text read (inspect.getsource) but none of its functions ran; the instrumented code
-    keeps its docstrings, results and line numbers; a second start uses compiled code."""
+    text read (inspect.getsource) but none of its functions ran; a snapshot of the stack
+    through alpha is not a read; the instrumented code keeps its docstrings, results and
+    line numbers; a second start uses compiled code."""
     pkg = _package(tmp_path)
     hook = tmp_path / "hook.py"
     hook.write_text(exec_cache.KERNEL_HOOK)
