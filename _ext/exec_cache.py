@@ -506,7 +506,8 @@ def adopt_legacy_cache(cache: Path, root: Path, watched: list[str],
 
     Its records do not say what their chapters used, so each is recorded as depending
     on the text of every watched file: the next edit to the package, of any kind,
-    re-executes them (as before), and from then on they record their own.
+    re-executes them (as before), and from then on they record their own. Of several
+    records of one chapter (older cells) only the newest is kept.
     """
     old = cache.parent / legacy_key(root, watched)
     if cache.exists() or not old.is_dir() or cache_problem(old) is not None:
@@ -515,6 +516,17 @@ def adopt_legacy_cache(cache: Path, root: Path, watched: list[str],
              "ran": {r: h["code"] for r, h in state.items()},
              "read": {r: h["text"] for r, h in state.items()}, "adopted": True}
     old.rename(cache)
+    from jupyter_cache import get_cache
+
+    store = get_cache(str(cache))
+    try:  # one record per chapter, as stores keep it: the newest
+        newest: dict[str, Any] = {}
+        for record in sorted(store.list_cache_records(), key=lambda r: (r.created, r.pk)):
+            if record.uri in newest:
+                store.remove_cache(newest[record.uri].pk)
+            newest[record.uri] = record
+    finally:
+        store.db.dispose()
     with closing(sqlite3.connect(cache / "global.db")) as con:
         for pk, data in con.execute("SELECT pk, data FROM nbcache").fetchall():
             record = json.loads(data) if data else {}

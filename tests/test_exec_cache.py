@@ -221,8 +221,9 @@ def test_kernel_hook_notes_the_files_run_imported_and_read(tmp_path: Path) -> No
 
 def test_the_last_cache_of_the_hash_named_design_is_adopted(tmp_path: Path) -> None:
     """The cache folder named by the package's hash, made for the package as it is, becomes
-    the cache; its records depend on the text of every file, so a docstring edit, which
-    needs no execution from now on, still re-executes them once."""
+    the cache, with the newest record of each chapter; its records depend on the text of
+    every file, so a docstring edit, which needs no execution from now on, still
+    re-executes them once."""
     import nbformat
     from jupyter_cache import get_cache
     from jupyter_cache.cache.main import CacheBundleIn
@@ -230,11 +231,13 @@ def test_the_last_cache_of_the_hash_named_design_is_adopted(tmp_path: Path) -> N
     pkg = _package(tmp_path)
     root = tmp_path / "_build" / ".jupyter_cache"
     old = root / exec_cache.legacy_key(tmp_path, ["pkg"])
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     store = get_cache(str(old))
-    store.cache_notebook_bundle(CacheBundleIn(nb, "page.md", data={"execution_seconds": 1.5}),
-                                check_validity=False)
+    for source, seconds in (("1", 0.5), ("2", 1.5)):  # the chapter before and after an edit
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+        store.cache_notebook_bundle(
+            CacheBundleIn(nb, "page.md", data={"execution_seconds": seconds}),
+            check_validity=False)
     store.db.dispose()
     other = root / "0123456789abcdef"  # made for another version of the package
     other.mkdir()
