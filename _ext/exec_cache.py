@@ -32,7 +32,9 @@ lines). When the executed chapter is stored, its record in the cache gets
 **Before each build** (``config-inited``, in the main process) every record is
 checked against the files as they are now. A record whose dependency changed,
 or that has no ``exec_deps``, is removed, so the chapter misses the cache, and
-``env-get-outdated`` makes Sphinx re-read (and so re-execute) it. The build
+``env-get-outdated`` makes Sphinx re-read (and so re-execute) it (until a
+build finishes, ``_build/.exec_deps/pending.json`` keeps these chapters, so
+a build stopped midway does not lose them with their records). The build
 prints one line for each chapter it re-executes and the file that made it.
 So an edit inside a function re-executes the chapters that ran a function of
 that file; a docstring or comment edit re-executes none; an edit to
@@ -562,12 +564,39 @@ def _on_config_inited(app: Sphinx, config: Config) -> None:
         _create_database(cache)
         stale = {}
     app._exec_cache_stale = stale
+    app._exec_cache_pending = _remember_pending(work, set(stale), app._exec_cache_reset)
     srcdir = Path(app.srcdir)
     for uri, reasons in sorted(stale.items()):
         source = Path(uri)
         if source.is_file() and source.is_relative_to(srcdir):  # still a page of this book
             docname = source.relative_to(srcdir).with_suffix("").as_posix()
             logger.info(f"exec_cache: re-executing {docname}: {'; '.join(reasons)}")
+
+
+PENDING_FILE = "pending.json"
+ALL = "*"  # pending: every notebook
+
+
+def _remember_pending(work: Path, uris: set[str], everything: bool) -> set[str]:
+    """The chapters to re-read in this build: those found stale now, and those found stale
+    (or a reset) by an earlier build that did not finish, whose records are gone already.
+    Kept in ``pending.json`` until a build finishes (:func:`_on_build_finished`)."""
+    path = work / PENDING_FILE
+    try:
+        pending = set(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        pending = set()
+    pending |= uris | ({ALL} if everything else set())
+    if pending:
+        work.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(sorted(pending)), encoding="utf-8")
+    return pending
+
+
+def _on_build_finished(app: Sphinx, exception: BaseException | None) -> None:
+    """The environment with the re-read chapters is saved: nothing is pending any more."""
+    if exception is None and "work" in _STATE:
+        (_STATE["work"] / PENDING_FILE).unlink(missing_ok=True)
 
 
 def _create_database(cache: Path) -> None:
@@ -587,11 +616,12 @@ def _on_env_get_outdated(app: Sphinx, env: Any, added: set, changed: set,
     """Re-read (and so re-execute) each chapter whose record was stale; after a reset,
     every notebook the build knows of."""
     outdated = set()
-    for uri in getattr(app, "_exec_cache_stale", {}):
+    pending = getattr(app, "_exec_cache_pending", set())
+    for uri in pending - {ALL}:
         docname = env.path2doc(uri)
         if docname is not None and docname in env.all_docs:
             outdated.add(docname)
-    if getattr(app, "_exec_cache_reset", False):
+    if ALL in pending or getattr(app, "_exec_cache_reset", False):
         metadata = getattr(env, "nb_metadata", {})
         outdated |= {d for d, data in metadata.items() if "exec_data" in data and d in env.all_docs}
     return sorted(outdated)
@@ -649,4 +679,5 @@ def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", _write_kernel_hook)
     app.connect("source-read", _on_source_read)
     app.connect("env-get-outdated", _on_env_get_outdated)
+    app.connect("build-finished", _on_build_finished)
     return {"version": "2.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -290,3 +290,48 @@ def test_a_cache_whose_records_cannot_be_read_is_moved_aside(tmp_path: Path, cap
     assert [p.name.startswith("notebooks.unusable-") for p in sorted(cache.parent.iterdir())] == [
         False, True]
     assert exec_cache.cache_problem(cache) is None and (cache / "global.db").is_file()
+
+
+def test_chapters_found_stale_stay_pending_until_a_build_finishes(tmp_path: Path) -> None:
+    """A build that removes a stale record and is stopped before it re-reads the chapter
+    (killed, or a failing extension): the next build, which finds no stale record any
+    more, still re-reads the chapter; after a finished build nothing is pending."""
+    from types import SimpleNamespace
+
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.cache.main import CacheBundleIn
+
+    _package(tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n")
+    cache = tmp_path / "_build" / ".jupyter_cache" / exec_cache.CACHE_NAME
+    store = get_cache(str(cache))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    stale = {exec_cache.DEPS_KEY: {"version": exec_cache.DEPS_VERSION, "module": {},
+                                   "ran": {"pkg/probe/alpha.py": "older"}, "read": {}}}
+    store.cache_notebook_bundle(CacheBundleIn(nb, str(page), data=stale), check_validity=False)
+    store.db.dispose()
+    env = SimpleNamespace(all_docs={"page": 0}, nb_metadata={},
+                          path2doc=lambda uri: "page" if uri == str(page) else None)
+
+    def build(finish: bool) -> list[str]:
+        config = SimpleNamespace(exec_cache_watch=["pkg"], exec_cache_root="_build/.jupyter_cache")
+        app = SimpleNamespace(confdir=str(tmp_path), srcdir=str(tmp_path),
+                              outdir=str(tmp_path / "_build" / "html"))
+        environ = dict(os.environ)
+        try:
+            exec_cache._on_config_inited(app, config)
+        finally:
+            os.environ.clear()
+            os.environ.update(environ)
+        outdated = exec_cache._on_env_get_outdated(app, env, set(), set(), set())
+        if finish:
+            exec_cache._on_build_finished(app, None)
+        return outdated
+
+    assert build(finish=False) == ["page"]  # stale: its record removed; then stopped
+    assert get_cache(str(cache)).list_cache_records() == []
+    assert build(finish=True) == ["page"]  # no record left to find stale: still re-read
+    assert build(finish=True) == []
