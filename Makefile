@@ -187,4 +187,4 @@ clean:
 
 # The execution cache and Sphinx's environment: the next `make html` executes every chapter.
 clean-cache:
-	rm -rf $(BUILD)/.jupyter_cache $(BUILD)/html/.doctrees $(BUILD)/.html-built
+	rm -rf $(BUILD)/.jupyter_cache $(BUILD)/.exec_deps $(BUILD)/html/.doctrees $(BUILD)/.html-built

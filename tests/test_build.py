@@ -257,24 +257,124 @@ def test_package_edit_re_executes_chapters(tmp_path: Path) -> None:
     # Same chapter, same cells; only the package changes.
     (tmp_path / "pkg" / "probe_pkg.py").write_text("def answer():\n    return 42\n")
     assert _answer(_build_mini(tmp_path)) == "42"
-    # And back: the old cache entry is correct again and may be reused.
+    # And back: executed again (each chapter keeps one record, the latest).
     (tmp_path / "pkg" / "probe_pkg.py").write_text("def answer():\n    return 41\n")
     assert _answer(_build_mini(tmp_path)) == "41"
 
 
+_ALPHA = '''\
+"""Alpha: chapter A runs it."""
+BASE = 100  # module-level: chapter B reads it too
+
+
+def a():
+    """The answer of chapter A."""
+    return 1 + BASE
+'''
+_BETA = '''\
+"""Beta: chapter B runs it."""
+from probe import alpha
+
+
+def b():
+    """The answer of chapter B."""
+    return 2 + alpha.BASE
+'''
+
+
+def _two_chapter_book(tmp: Path) -> None:
+    """The small book of _mini_book with a package ``probe`` of two modules: page ``index``
+    glues ``alpha.a()``, page ``second`` glues ``beta.b()``, which reads ``alpha.BASE``."""
+    _mini_book(tmp, 41)
+    probe = tmp / "pkg" / "probe"
+    probe.mkdir()
+    (probe / "__init__.py").write_text("from probe import alpha, beta\n")
+    (probe / "alpha.py").write_text(_ALPHA)
+    (probe / "beta.py").write_text(_BETA)
+    for page, title, call in (("index", "A", "alpha.a()"), ("second", "B", "beta.b()")):
+        text = _FRONT_MATTER + textwrap.dedent(f"""\
+            # {title}
+
+            ```{{code-cell}} ipython3
+            from myst_nb import glue
+            import probe
+            glue("answer", probe.{call})
+            ```
+
+            The answer is {{glue:text}}`answer`.
+        """)
+        if page == "index":
+            text += "\n```{toctree}\nsecond\n```\n"
+        (tmp / f"{page}.md").write_text(text)
+
+
+def _rebuild(tmp: Path) -> tuple[dict[str, str], set[str], list[str]]:
+    """Build; return each page's glued answer, the pages executed, exec_cache's lines."""
+    import json
+
+    result = _build_mini_result(tmp, ("-W", "-j", "2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    html = tmp / "_build" / "html"
+    answers = {p: _answer((html / f"{p}.html").read_text(encoding="utf-8"))
+               for p in ("index", "second")}
+    times = json.loads((tmp / "_build" / "exec-times.json").read_text())["chapters"]
+    executed = {d for d, c in times.items() if c["executed_now"]}
+    lines = [line for line in result.stdout.splitlines() if line.startswith("exec_cache:")]
+    return answers, executed, lines
+
+
+@pytest.mark.slow
+def test_a_package_edit_re_executes_only_the_chapters_it_can_change(tmp_path: Path) -> None:
+    """Each chapter's cache depends on the code of the package files whose functions it
+    ran and on the module-level code of every package file: an edit inside a function
+    re-executes the chapters that ran it, a docstring or comment edit none, a constant
+    every chapter. The pages show the new outputs, and the build says why it executes."""
+    _two_chapter_book(tmp_path)
+    alpha, beta = tmp_path / "pkg" / "probe" / "alpha.py", tmp_path / "pkg" / "probe" / "beta.py"
+    assert _rebuild(tmp_path)[:2] == ({"index": "101", "second": "102"}, {"index", "second"})
+
+    alpha.write_text(_ALPHA.replace("return 1 + BASE", "return 5 + BASE"))  # inside a()
+    assert _rebuild(tmp_path) == (
+        {"index": "105", "second": "102"}, {"index"},
+        ["exec_cache: re-executing index: the code of pkg/probe/alpha.py changed "
+         "(the chapter ran it)"])
+
+    alpha.write_text(alpha.read_text().replace('"""The answer of chapter A."""',
+                                               '"""The answer of A.\n\n    Longer."""  # note'))
+    beta.write_text(_BETA.replace("    return", "    # alpha's base, plus two\n    return")
+                    .replace("B runs it", "B calls it"))
+    assert _rebuild(tmp_path) == ({"index": "105", "second": "102"}, set(), [])
+
+    alpha.write_text(alpha.read_text().replace("BASE = 100", "BASE = 200"))  # module level
+    assert _rebuild(tmp_path) == (
+        {"index": "205", "second": "202"}, {"index", "second"},
+        [f"exec_cache: re-executing {page}: the module-level code of pkg/probe/alpha.py changed"
+         for page in ("index", "second")])
+
+
 @pytest.mark.html
-def test_real_book_cache_is_keyed_on_the_package() -> None:
-    """The real conf.py watches code/selfattn: its hash names the cache folder in use."""
+def test_real_book_cache_records_what_each_chapter_depends_on() -> None:
+    """The real conf.py watches code/selfattn: after the build every chapter has one record
+    in the cache, which imported the package and is current for the package as it is."""
     sys.path.insert(0, str(ROOT / "_ext"))
     try:
-        from exec_cache import source_hash
+        import exec_cache
     finally:
         sys.path.pop(0)
-    key = source_hash(ROOT, ["code/selfattn"])
+    from jupyter_cache import get_cache
+
     require_built_site()
-    assert (ROOT / "_build" / ".jupyter_cache" / key).is_dir(), (
-        "the build did not use the cache keyed on the current package source"
-    )
+    state = exec_cache.package_state(ROOT, ["code/selfattn"])
+    cache = get_cache(str(ROOT / "_build" / ".jupyter_cache" / exec_cache.CACHE_NAME))
+    records = {}
+    for record in cache.list_cache_records():
+        assert record.uri not in records, f"two records of {record.uri}"
+        records[record.uri] = (record.data or {}).get(exec_cache.DEPS_KEY)
+    for chapter in CHAPTERS:
+        deps = records.get(str(chapter))
+        assert deps is not None, f"{chapter.name}: no cache record with its dependencies"
+        assert exec_cache.stale_reasons(deps, state) == [], chapter.name
+        assert deps["module"] and deps["ran"], chapter.name  # it imported and ran the package
 
 
 def _math_book(tmp: Path, formula: str, build: bool = True) -> subprocess.CompletedProcess | None:
