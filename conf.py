@@ -37,6 +37,7 @@ extensions = [
     "launch_notebooks",  # Colab/Binder/download point at executed .ipynb files
     "sphinx_last_updated_by_git",  # "last updated" from each page's git history
     "notfound.extension",  # a 404 page with absolute links
+    "absolute_404",  # ... its links in the text too (sphinx-notfound-page leaves them)
     "sphinx.ext.githubpages",  # .nojekyll, so GitHub Pages serves _static
 ]
 
@@ -60,8 +61,10 @@ html_js_files = [("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off ed
                  ("print-light.js", {"defer": "defer"})]  # dark mode prints dark on white
 
 # --- search ---------------------------------------------------------------
-# A section titled with the query ranks above the glossary and API entries that name it.
+# The chapter and section that teach a term rank above the glossary, the API reference and
+# pages that only mention it; excerpts are the article's prose (_ext/search_scorer.js).
 html_search_scorer = "_ext/search_scorer.js"
+extensions.append("search_teaching")  # where each glossary term is taught, for the search
 
 # --- strictness -----------------------------------------------------------
 nitpicky = True
@@ -165,10 +168,13 @@ notfound_urls_prefix = HOSTING.site_path
 # --- search engines and shared links --------------------------------------
 # Every page names its address (<link rel="canonical">), sitemap.xml lists every page
 # with its last commit's date, and OpenGraph/Twitter tags give a shared link a title, a
-# description (the page's first paragraph) and a preview image drawn by
+# description (the page's front matter's, _ext/share_descriptions.py) and a preview image drawn by
 # images/make_diagrams.py. No tag names another host than the site's own.
 html_baseurl = HOSTING.site_url
-extensions += ["sphinx_sitemap", "sitemap_every_page", "sphinxext.opengraph"]
+# The description is each page's own (front matter ``description:``, plain text): the
+# first paragraph, sphinxext-opengraph's default, held raw LaTeX on seven pages.
+extensions += ["sphinx_sitemap", "sitemap_every_page", "sphinxext.opengraph",
+               "share_descriptions"]
 sitemap_url_scheme = "{link}"  # not the default {lang}{version}{link}: no /en/ folder here
 sitemap_show_lastmod = True
 sitemap_excludes = ["search.html", "genindex.html", "py-modindex.html", "404.html"]
