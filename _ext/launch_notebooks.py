@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -125,15 +126,50 @@ def binder_url(owner_repo: str, env_ref: str, content_branch: str, nb_path: str,
     return f"https://mybinder.org/v2/gh/{owner_repo}/{env_ref}?urlpath={quote(pull, safe='')}"
 
 
+#: Where each build records what publishing cost: ``_build/publish-stats.json`` (next to
+#: the output folder, like chapter_execution's exec-times.json). The bibliography is
+#: loaded and formatted once per build; tests/test_notebooks.py reads the count.
+STATS_FILE = "publish-stats.json"
+
+
+def _stats(app: Sphinx) -> dict[str, Any]:
+    stats = getattr(app, "_publish_stats", None)
+    if stats is None:
+        stats = app._publish_stats = {"bibliography_loads": 0, "pages": {}}
+    return stats
+
+
+def shared_bibliography(app: Sphinx) -> tuple[Any, Any]:
+    """``(cite, bibliography)`` of :func:`publish_notebooks.citation_formatter`, made once
+    per build and shared by every page: parsing references.bib and formatting its entries
+    through pybtex costs far more than publishing a page (the pages used to load and
+    format it twice each)."""
+    shared = getattr(app, "_publish_bibliography", None)
+    if shared is None:
+        entries = load_bibliography(Path(app.srcdir) / b for b in app.config.bibtex_bibfiles)
+        refs_doc = app.config.publish_references_doc
+        refs_url = _site_url(app, refs_doc) if refs_doc in app.env.titles else ""
+        shared = app._publish_bibliography = citation_formatter(entries, refs_url)
+        _stats(app)["bibliography_loads"] += 1
+    return shared
+
+
+def _site_url(app: Sphinx, doc: str, anchor: str = "") -> str:
+    site = app.config.publish_site_url.rstrip("/") + "/"
+    return site + app.builder.get_target_uri(doc) + (f"#{anchor}" if anchor else "")
+
+
 def make_resolver(app: Sphinx, docname: str) -> Resolver:
-    """Cross-references resolved from the Sphinx environment to absolute site URLs."""
+    """Cross-references of page ``docname`` resolved from the Sphinx environment to
+    absolute site URLs. Only the closures are per page: the domains are Sphinx's, read as
+    they are, and the citations come from :func:`shared_bibliography`."""
     env = app.env
     site = app.config.publish_site_url.rstrip("/") + "/"
     std = env.get_domain("std")
     py = env.get_domain("py")
 
     def url(doc: str, anchor: str = "") -> str:
-        return site + app.builder.get_target_uri(doc) + (f"#{anchor}" if anchor else "")
+        return _site_url(app, doc, anchor)
 
     def doc(target: str) -> tuple[str, str]:
         name = target.lstrip("/") if target.startswith("/") else docname_join(docname, target)
@@ -163,9 +199,8 @@ def make_resolver(app: Sphinx, docname: str) -> Resolver:
         entry = py.objects.get(name)
         return url(entry.docname, entry.node_id) if entry else ""
 
-    entries = load_bibliography(Path(app.srcdir) / b for b in app.config.bibtex_bibfiles)
-    refs_doc = app.config.publish_references_doc
-    cite, _ = citation_formatter(entries, url(refs_doc) if refs_doc in env.titles else "")
+    cite, _ = shared_bibliography(app)
+
     def image(path: str) -> str:
         # Sphinx copies a page's figures into _images/ under their own file name
         return f"{site}_images/{PurePosixPath(path).name}"
@@ -175,23 +210,30 @@ def make_resolver(app: Sphinx, docname: str) -> Resolver:
 
 def publish_page(app: Sphinx, pagename: str, out: Path) -> None:
     """Write the published notebook of ``pagename`` to ``out``."""
+    start = time.perf_counter()
     jupyter_execute = Path(app.outdir).parent / "jupyter_execute"
     notebook = executed_notebook(jupyter_execute / f"{pagename}.ipynb",
                                  getattr(app.config, "nb_execution_cache_path", None))
     glue_file = jupyter_execute / f"{pagename}.glue.json"
     values = json.loads(glue_file.read_text(encoding="utf-8")) if glue_file.is_file() else {}
-    entries = load_bibliography(Path(app.srcdir) / b for b in app.config.bibtex_bibfiles)
-    _, bibliography = citation_formatter(entries)
-    site = app.config.publish_site_url.rstrip("/") + "/"
+    _, bibliography = shared_bibliography(app)
     published = publish(
         notebook, values, install_spec=app.config.launch_install_spec,
         resolver=make_resolver(app, pagename), bibliography=bibliography,
         title=app.env.titles[pagename].astext(),
-        page_url=site + app.builder.get_target_uri(pagename),
+        page_url=_site_url(app, pagename),
         merge_streams=bool(app.config.nb_merge_streams),
     )
     out.write_text(json.dumps(published, indent=1, ensure_ascii=False) + "\n",
                    encoding="utf-8")
+    _stats(app)["pages"][pagename] = round(time.perf_counter() - start, 3)
+
+
+def _write_stats(app: Sphinx, exception: Exception | None) -> None:
+    stats = getattr(app, "_publish_stats", None)
+    if exception is None and stats is not None and app.builder.format == "html":
+        path = Path(app.outdir).parent / STATS_FILE
+        path.write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _walk(buttons: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -272,4 +314,5 @@ def setup(app: Sphinx) -> dict:
     # After sphinx-book-theme's own handler (default priority 500) has built the buttons.
     app.connect("html-page-context", _on_page_context, priority=900)
     app.connect("build-finished", _binder_requirements_install_spec)
+    app.connect("build-finished", _write_stats)
     return {"version": "2.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -530,11 +530,14 @@ def citation_formatter(
     entry as on the references page, "[Vaswani et al., 2017] Ashish Vaswani, ...".
     """
     from author_year import STYLE_NAME, register, who_and_year
+    from pybtex.backends.markdown import Backend as MarkdownBackend
     from pybtex.plugin import find_plugin
 
     register()
     style = find_plugin("pybtex.style.formatting", STYLE_NAME)()
     formatted = {e.key: e for e in style.format_entries(entries.values())}
+    # one held backend: render_as("markdown") would look it up as a plugin per entry
+    markdown = MarkdownBackend()
 
     def cite(keys: list[str], mode: str) -> str:
         parts = []
@@ -556,7 +559,7 @@ def citation_formatter(
 
     def bibliography(key: str) -> str:
         entry = formatted[key]
-        text = entry.text.render_as("markdown").replace("\n", " ")
+        text = entry.text.render(markdown).replace("\n", " ")
         return f"\\[{entry.label}\\] {text}"
 
     return cite, bibliography

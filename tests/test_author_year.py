@@ -44,3 +44,25 @@ def test_the_book_cites_and_lists_liu_2020a_and_2020b_alike() -> None:
     for key, year in (("liu2020radam", "2020a"), ("liu2020admin", "2020b")):
         assert f"Liu et al., {year}" in cite([key], "p")
         assert bibliography(key).startswith(f"\\[Liu et al., {year}\\]")
+
+
+def test_formatting_never_looks_a_backend_up_as_a_plugin(monkeypatch) -> None:
+    """pybtex's plugin lookup scans every installed package's entry points, uncached:
+    rendering each field and entry through it made a chapter page take ~15 s to write.
+    After the style is made (one lookup), no text or entry may look anything up."""
+    import author_year
+    import pybtex.plugin
+
+    entries = parse_string(r"""
+        @article{d, author={Vaswani, A and Shazeer, N and Parmar, N}, title={Attention},
+                 journal={NeurIPS}, year={2017}}""", "bibtex").entries
+    _, bibliography = citation_formatter(dict(entries))
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"plugin lookup while formatting: {args}")
+
+    monkeypatch.setattr(pybtex.plugin, "_load_entry_point", refuse)
+    author_year._plain.cache_clear()
+    assert author_year._plain(r"{Gemma Team} and {others}") == "Gemma Team and others"
+    assert bibliography("d") == (r"\[Vaswani et al., 2017\] A Vaswani, N Shazeer, and N Parmar\. "
+                                 r"Attention\. *NeurIPS*, 2017\.")

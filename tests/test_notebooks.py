@@ -411,3 +411,15 @@ def test_built_launch_links(chapter: Path) -> None:
     repo_name = REPOSITORY.rsplit("/", 1)[-1]
     assert unquote(unquote(binder[0])).endswith(f"/{repo_name}/{nb_rel}")
     assert "branch=gh-pages" in unquote(binder[0])
+
+
+@pytest.mark.html
+def test_bibliography_is_loaded_once_per_build() -> None:
+    """Each page's notebook used to load and format references.bib twice (~15 s a page,
+    pages written one after another). The build records what publishing did in
+    ``_build/publish-stats.json``: one load for all the pages it wrote, however many."""
+    require_built_site()
+    stats = json.loads((HTML.parent / "publish-stats.json").read_text(encoding="utf-8"))
+    chapters = {f"chapters/{c.stem}" for c in CHAPTERS}
+    assert set(stats["pages"]) <= chapters, sorted(set(stats["pages"]) - chapters)
+    assert stats["bibliography_loads"] == (1 if stats["pages"] else 0), stats
