@@ -6,6 +6,7 @@ typesets math at build time with KaTeX served from the build itself, so the
 site works offline and no page waits for a math script.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -159,7 +160,14 @@ html_theme_options = {
 launch_notebook_branch = "gh-pages"  # the Pages workflow publishes _build/html there
 launch_binder_env_ref = "binder-env"  # _extra/binder only; the workflow keeps its commit stable
 publish_site_url = HOSTING.site_url
-launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"
+launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"  # Binder's image
+# `make site` builds the package's wheel, named by the commit (0.1.0+g<sha>), and serves it
+# at the site's root: each published notebook installs exactly the package its outputs
+# came from, from the site it came from (_ext/site_wheel.py).
+_site_wheel = os.environ.get("BOOK_WHEEL")
+if _site_wheel:
+    html_extra_path.append(str(Path(_site_wheel).resolve().parent))
+    launch_notebook_install_spec = f"selfattn @ {HOSTING.site_url}{Path(_site_wheel).name}"
 
 # The 404 page links with absolute URLs: the site lives under /<repo>/ on GitHub Pages
 # and under /en/latest/ on Read the Docs.

@@ -32,16 +32,24 @@
  * tests/test_reader_search.py checks the ranks of a list of queries and the excerpts.
  */
 (function () {
+  // Bonuses, one per class (a result takes its best); the classes are 50 apart, more
+  // than the reading-order term (<= 20) and the tie-breaks (< 1) can make up.
   const TITLE_BASE = 300;  // above every index entry (<= 100) and object score
-  const TAUGHT = 200;  // a title in the chapter that teaches the term
-  const FIRST_USE = 150;  // the section of the term's first link (no title matched)
-  const PAGE = 100;  // a page title, elsewhere
+  const TAUGHT_TITLE = 250;  // a title in the chapter that first links the query's term
+  const FIRST_USE = 200;  // that first link's section, when no title of its chapter matches
+  const PAGE = 150;  // a page title
+  const TAUGHT_WIDER = 100;  // a title in the chapter of a longer term holding the query
+  const FIRST_USE_WIDER = 50;  // ... or that term's first link
   if (typeof Search === "undefined") return;  // not the search page
 
   const stemmer = typeof Stemmer !== "undefined" ? new Stemmer() : { stemWord: (w) => w };
+  // Sphinx's stop words include "why", "how", "what": in a title they are what the
+  // section asks ("Why scale by 1/sqrt(d_k)"), so only articles, prepositions and the
+  // like are dropped here.
+  const FUNCTION_WORDS = new Set(["a", "an", "the", "and", "or", "of", "in", "on", "at",
+    "to", "for", "with", "by", "from", "into", "is", "are", "be", "as", "it", "its"]);
   const words = (text) => splitQuery(text.toLowerCase())
-    .filter((w) => !stopwords.has(w) && !/^\d+$/.test(w));
-  const stems = (text) => words(text).map((w) => stemmer.stemWord(w));
+    .filter((w) => !FUNCTION_WORDS.has(w) && !/^\d+$/.test(w));
   // a query word matches a title word when their stems agree, or the title word starts
   // with it (3 letters or more: "soft" finds "soft-capping" and "softmax")
   const matches = (queryWord, queryStem, titleWords, titleStems) =>
@@ -53,20 +61,18 @@
     return data;
   }
 
-  /* The chapters (docnames) and first-link sections of the glossary terms the query
-   * names: the terms whose words are exactly the query's, else those that hold all
-   * of the query's words ("latent" names "multi-head latent attention"). */
-  function taughtAt(qWords, qStems) {
-    const exact = [];
-    const holding = [];
+  /* [chapter, section id] of the first link to each glossary term the query names:
+   * with exact, the terms whose words are the query's; else the longer terms that hold
+   * all of the query's words ("latent" is in "multi-head latent attention"). */
+  function taughtAt(qWords, qStems, exact) {
+    const found = [];
     for (const [term, where] of Object.entries(teaching().firstUse)) {
       const tWords = words(term);
       const tStems = tWords.map((w) => stemmer.stemWord(w));
       if (!qWords.every((w, i) => matches(w, qStems[i], tWords, tStems))) continue;
-      const same = tStems.length === qStems.length;
-      (same ? exact : holding).push(where);
+      if ((tStems.length === qStems.length) === exact) found.push(where);
     }
-    return exact.length ? exact : holding;
+    return found;
   }
 
   function titleResults(query) {
@@ -75,12 +81,15 @@
     const qStems = qWords.map((w) => stemmer.stemWord(w));
     if (!qWords.length) return [];
     const order = teaching().order;
-    const rank = (doc) => (order.indexOf(doc) < 0 ? order.length : order.indexOf(doc));
-    const taught = taughtAt(qWords, qStems);
-    const taughtDocs = new Set(taught.map(([doc]) => doc));
+    // earlier chapters first (the book teaches in order); other pages after them
+    const early = (doc) => 20 - (order.indexOf(doc) < 0 ? order.length : order.indexOf(doc));
+    const exact = taughtAt(qWords, qStems, true);
+    const wider = exact.length ? [] : taughtAt(qWords, qStems, false);
+    const exactDocs = new Set(exact.map(([doc]) => doc));
+    const widerDocs = new Set(wider.map(([doc]) => doc));
     const docIndex = new Map(index.docnames.map((d, i) => [d, i]));
     const results = [];
-    const matchedDocs = new Set();
+    const titled = new Set();  // chapters with a matching title
     for (const [title, found] of Object.entries(index.alltitles)) {
       const tWords = words(title);
       const tStems = tWords.map((w) => stemmer.stemWord(w));
@@ -89,26 +98,28 @@
       for (const [file, id] of found) {
         const doc = index.docnames[file];
         const isPage = index.titles[file] === title;
-        let score = TITLE_BASE + 10 * coverage + (isPage ? 1 : 0) - rank(doc) / 100;
-        if (taughtDocs.has(doc)) {
-          score += TAUGHT;
-          matchedDocs.add(doc);
-        } else if (isPage) score += PAGE;
+        const bonus = Math.max(exactDocs.has(doc) ? TAUGHT_TITLE : 0, isPage ? PAGE : 0,
+          widerDocs.has(doc) ? TAUGHT_WIDER : 0);
+        titled.add(doc);
         results.push([doc, isPage ? title : `${index.titles[file]} > ${title}`,
-          id && !isPage ? "#" + id : "", null, score, index.filenames[file], "title"]);
+          id && !isPage ? "#" + id : "", null,
+          TITLE_BASE + bonus + early(doc) + (isPage ? 0.5 : 0) + 0.4 * coverage,
+          index.filenames[file], "title"]);
       }
     }
-    for (const [doc, anchor] of taught) {
-      const file = docIndex.get(doc);
-      if (file === undefined || matchedDocs.has(doc)) continue;
-      let title = index.titles[file];
-      if (anchor) {  // the section's own title, as Sphinx lists it
-        for (const [t, found] of Object.entries(index.alltitles)) {
-          if (found.some(([f, id]) => f === file && id === anchor)) title = `${title} > ${t}`;
+    for (const [where, bonus] of [[exact, FIRST_USE], [wider, FIRST_USE_WIDER]]) {
+      for (const [doc, anchor] of where) {
+        const file = docIndex.get(doc);
+        if (file === undefined || titled.has(doc)) continue;
+        let title = index.titles[file];
+        if (anchor) {  // the section's own title, as Sphinx lists it
+          for (const [t, found] of Object.entries(index.alltitles)) {
+            if (found.some(([f, id]) => f === file && id === anchor)) title = `${title} > ${t}`;
+          }
         }
+        results.push([doc, title, anchor ? "#" + anchor : "", null,
+          TITLE_BASE + bonus + early(doc), index.filenames[file], "title"]);
       }
-      results.push([doc, title, anchor ? "#" + anchor : "", null,
-        TITLE_BASE + FIRST_USE - rank(doc) / 100, index.filenames[file], "title"]);
     }
     return results;
   }
@@ -133,41 +144,64 @@
     + "nav, .contents, .selfattn-vega, .sd-tab-set";
   const PROSE = "p, dt, figcaption, h1, h2, h3, h4, th, td, li:not(:has(p)), dd:not(:has(p))";
 
-  function proseBlocks(htmlString, anchor) {
+  function blocksOf(htmlString, anchor, code) {
     const doc = new DOMParser().parseFromString(htmlString, "text/html");
     const article = doc.querySelector("article.bd-article") || doc.querySelector('[role="main"]');
     if (!article) return [];
-    article.querySelectorAll(LEFT_OUT).forEach((el) => el.remove());
+    article.querySelectorAll(code ? CODE_LEFT_OUT : LEFT_OUT).forEach((el) => el.remove());
     let scope = article;
     if (anchor) {
       const id = decodeURIComponent(anchor.replace(/^#/, ""));
       scope = Array.from(article.querySelectorAll("[id]")).find((el) => el.id === id) || article;
       if (scope.tagName === "SPAN" && scope.parentElement) scope = scope.parentElement;
     }
-    return Array.from(scope.querySelectorAll(PROSE))
+    if (code) {  // each line of the cells' code
+      return Array.from(scope.querySelectorAll("div.cell_input pre"))
+        .flatMap((pre) => pre.textContent.split("\n"))
+        .map((line) => ({ heading: false, text: line.trim() })).filter((b) => b.text);
+    }
+    // a term or an API entry (the anchor is its <dt>): the term and its definition
+    const blocks = scope.tagName === "DT"
+      ? [scope, ...(scope.nextElementSibling ? [scope.nextElementSibling] : [])]
+      : Array.from(scope.querySelectorAll(PROSE));
+    return blocks
       .map((el) => ({ heading: /^H\d$/.test(el.tagName),
         text: el.textContent.replace(/\s+/g, " ").trim() }))
       .filter((b) => b.text);
   }
+  const CODE_LEFT_OUT = ".headerlink, script, style, div.cell_output";
 
   Search.htmlToText = (htmlString, anchor) =>
-    proseBlocks(htmlString, anchor).map((b) => b.text).join(" ");
+    blocksOf(htmlString, anchor, false).map((b) => b.text).join(" ");
+
+  /* The block that best holds the query's words: the most of them, the longer words
+   * weighing more ("norm" over "qk"), prose before titles, the first of equals. */
+  function bestBlock(blocks, keys) {
+    let best = null;
+    for (const b of blocks) {
+      const lower = b.text.toLowerCase();
+      const hit = keys.filter((k) => new RegExp("(^|[^\\p{L}\\p{N}])" + _escapeRegExp(k), "u")
+        .test(lower));
+      const n = hit.length + hit.reduce((s, k) => s + k.length, 0) / 100 - (b.heading ? 0.5 : 0);
+      if (hit.length && (best === null || n > best.n)) best = { b, n };
+    }
+    return best && best.b;
+  }
 
   Search.makeSearchSummary = (htmlText, keywords, anchor) => {
     const keys = [...keywords].map((k) => k.toLowerCase());
-    const blocks = proseBlocks(htmlText, anchor);
-    if (!blocks.length) return null;
-    const count = (b) => keys.filter((k) => b.text.toLowerCase().includes(k)).length;
-    let best = null;
-    for (const b of blocks) {  // the first block with the most words, prose before titles
-      const n = count(b) - (b.heading ? 0.5 : 0);
-      if (best === null || n > best.n) best = { b, n };
-      if (n === keys.length) break;
-    }
-    const text = best.b.text;
+    const prose = blocksOf(htmlText, anchor, false);
+    // the prose that holds the most of the words; a line of code when it holds more (an
+    // API name, a word only the code uses)
+    const said = bestBlock(prose, keys);
+    const coded = bestBlock(blocksOf(htmlText, anchor, true), keys);
+    const hits = (b) => (b ? keys.filter((k) => b.text.toLowerCase().includes(k)).length : 0);
+    const block = (hits(coded) > hits(said) ? coded : said) || prose[0];
+    if (!block) return null;
+    const text = block.text;
     const lower = text.toLowerCase();
     const at = Math.min(...keys.map((k) => lower.indexOf(k)).filter((i) => i >= 0), text.length);
-    let start = at > 100 ? text.lastIndexOf(" ", at - 80) + 1 : 0;
+    const start = at > 100 ? text.lastIndexOf(" ", at - 80) + 1 : 0;
     let end = Math.min(text.length, start + 240);
     if (end < text.length) end = Math.max(text.lastIndexOf(" ", end), at + 1);
     const summary = document.createElement("p");

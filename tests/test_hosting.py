@@ -353,9 +353,10 @@ def test_shared_link_descriptions_are_plain_text_and_each_pages_own() -> None:
         if rel == "404.html":
             continue
         meta = _meta(page.read_text(encoding="utf-8"))
-        og, plain = meta.get("og:description", []), meta.get("description", [])
+        og, plain = ([html_module.unescape(v) for v in meta.get(k, [])]
+                     for k in ("og:description", "description"))
         assert len(og) == 1 and plain == og, f"{rel}: og {og}, description {plain}"
-        text = html_module.unescape(og[0])
+        text = og[0]
         assert not re.search(r"[$\\{}]", text), f"{rel}: TeX in its description: {text!r}"
         assert len(text) >= 80 and not text.endswith("..."), f"{rel}: {text!r}"
         assert text not in seen, f"{rel} and {seen.get(text)} share the description {text!r}"

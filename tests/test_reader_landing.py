@@ -36,7 +36,7 @@ FOLD_JS = """async () => {
   const paras = Array.from(article.querySelectorAll('p')).map(p => ({
     text: p.textContent.replace(/\\s+/g, ' ').trim(), shown: inView(p),
     links: Array.from(p.querySelectorAll('a')).map(a => a.getAttribute('href'))}));
-  const fold = Array.from(article.querySelectorAll('h1, p, dt, dd')).filter(inView)
+  const fold = Array.from(article.querySelectorAll('h1, p, dt')).filter(inView)
     .map(el => el.textContent.replace(/\\s+/g, ' ').replace(/¶/g, '').trim());
   return {parts, paras, fold};
 }"""
