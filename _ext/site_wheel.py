@@ -61,6 +61,7 @@ def package_version(root: Path = ROOT) -> str:
 def build_wheel(out: Path, root: Path = ROOT) -> Path:
     """Build the wheel into ``out`` (its other selfattn wheels removed); return its path."""
     version = package_version(root)
+    out = out.resolve()  # pip runs in a temporary folder
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{NAME}-*.whl"):
         old.unlink()
