@@ -164,3 +164,21 @@ def test_search_field_lists_the_teaching_section_with_its_prose(browser: object,
         assert "> Induction heads" in link.inner_text(), link.inner_text()
         excerpt = first.locator("p.context").inner_text()
         assert "induction" in excerpt.lower() and "System Settings" not in excerpt, excerpt
+
+
+def test_sphinx_search_still_has_what_search_scorer_replaces() -> None:
+    """_ext/search_scorer.js wraps Search._performSearch and replaces Search.htmlToText and
+    Search.makeSearchSummary (_ext/README.md, #19). If Sphinx renames them, the book's
+    search silently falls back to Sphinx's order and excerpts; if Sphinx stops requiring a
+    query of half a title's length, the patch may be smaller."""
+    from sitetools import HTML, require_built_site
+
+    require_built_site()
+    tools = (HTML / "_static" / "searchtools.js").read_text(encoding="utf-8")
+    for name in ("_performSearch: (", "htmlToText: (htmlString, anchor)",
+                 "makeSearchSummary: (htmlText, keywords, anchor)",
+                 "const _orderResultsByScoreThenName", "queryLower.length >= title.length / 2",
+                 "Search.makeSearchSummary(data, searchTerms, anchor)"):
+        assert name in tools, f"searchtools.js no longer has {name!r}: revisit search_scorer.js"
+    language = (HTML / "_static" / "language_data.js").read_text(encoding="utf-8")
+    assert "Search._performSearch = " in language, "the scorer is not in language_data.js"
