@@ -181,6 +181,21 @@ def test_extra_requirements_name_only_what_selfattn_does_not_bring() -> None:
     assert [e.split("==")[0] for e in extras] == ["torchmetrics"], extras
 
 
+def test_installed_distributions_are_read_once_for_every_page(monkeypatch) -> None:
+    """Reading every installed file list costs 0.2-0.5 s of CPU; a build publishes a
+    notebook per chapter and each asks which distribution owns each import."""
+    import publish_notebooks
+
+    calls = []
+    real = publish_notebooks.metadata.packages_distributions
+    monkeypatch.setattr(publish_notebooks.metadata, "packages_distributions",
+                        lambda: calls.append(1) or real())
+    publish_notebooks._module_owners.cache_clear()
+    for _page in range(3):
+        assert extra_requirements({"numpy", "torchmetrics"}) == extra_requirements({"torchmetrics"})
+    assert len(calls) == 1
+
+
 def test_publish_drops_glue_only_cells_and_glue_outputs() -> None:
     glue_out = {"output_type": "display_data", "data": {"text/plain": "1"},
                 "metadata": {"scrapbook": {"name": "k", "mime_prefix": ""}}}

@@ -168,7 +168,7 @@ def test_search_field_lists_the_teaching_section_with_its_prose(browser: object,
 
 def test_sphinx_search_still_has_what_search_scorer_replaces() -> None:
     """_ext/search_scorer.js wraps Search._performSearch and replaces Search.htmlToText and
-    Search.makeSearchSummary (_ext/README.md, #19). If Sphinx renames them, the book's
+    Search.makeSearchSummary (_ext/README.md, #20). If Sphinx renames them, the book's
     search silently falls back to Sphinx's order and excerpts; if Sphinx stops requiring a
     query of half a title's length, the patch may be smaller."""
     from sitetools import HTML, require_built_site
