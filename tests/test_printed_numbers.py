@@ -32,7 +32,7 @@ NOISE_DIGITS = 10
 # (06-perplexity's three 2.050506613187 show three formulas agreeing to 12 decimals)
 LEFT = {"01-concept": 7, "02-qkv": 1, "03-multi-head": 2, "05-causal": 3,
         "05b-kv-cache": 2, "06-perplexity": 5, "attention-at-scale": 1,
-        "inside-a-trained-model": 6}
+        "inside-a-trained-model": 6, "stable-logits": 1}
 
 
 def significant_digits(mantissa: str) -> int:
