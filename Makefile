@@ -163,9 +163,10 @@ test-slow: site browser-deps
 	$(PYTEST) -m timing
 
 # Package tests only: no book build, no browser, nothing that reads the built site or the
-# PDF (markers html, pdf), so it passes on a fresh clone before `make html`.
+# PDF (markers html, pdf), so it passes on a fresh clone before `make html`; CI (.ci/run)
+# runs it first, on a fresh clone, so that stays true. One worker per core, as `make test`.
 test-fast: $(STAMP)
-	$(PYTEST) -m "not build and not browser and not html and not pdf"
+	$(PYTEST) -n auto -m "not build and not browser and not html and not pdf"
 
 serve: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/sphinx-autobuild $(SPHINXOPTS) --watch code/selfattn --port 8000 . $(BUILD)/html

@@ -29,7 +29,10 @@ that step; it does not change what is executed or cached.
   kernels get their own IPython directory (``_build/.ipython``), whose kernel
   config raises the kernel's log level to ERROR and turns off the input
   history database. That also keeps a reader's own IPython profile and
-  startup files out of the build.
+  startup files out of the build. The config also loads ``assert_values.py``,
+  an IPython extension: a failing ``assert a > b`` without a message says
+  ``0.48 > 0.5 is false`` (the cell's source, which the cache keys on, and the
+  outputs of passing cells are as they were).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import assert_values
 from docutils import nodes
 from myst_nb.core.execute.base import ExecutionError
 from myst_nb.core.read import create_nb_reader
@@ -58,11 +62,20 @@ logger = sphinx_logging.getLogger(__name__)
 TIMES_FILE = "exec-times.json"
 ERRORS_DIR = "exec-errors"
 SHOWN_LINES = 6  # lines of the failing cell printed in the error
+CONTEXT_LINES = 2  # lines shown before a failing line further down the cell
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _KERNEL_CONFIG = """\
 # Written by _ext/chapter_execution.py for the kernels that execute the chapters.
 c.IPKernelApp.log_level = "ERROR"  # not the per-start "running over TCP" warning
 c.HistoryManager.enabled = False  # no history.sqlite shared by parallel kernels
+# A failing comparison assert says what it compared (_ext/assert_values.py). The module is
+# loaded from its file, not found on sys.path: the chapters' imports see what they saw.
+import importlib.util as _util
+import sys as _sys
+_spec = _util.spec_from_file_location({name!r}, {path!r})
+_sys.modules[{name!r}] = _util.module_from_spec(_spec)
+_spec.loader.exec_module(_sys.modules[{name!r}])
+c.InteractiveShellApp.extensions = [{name!r}]
 """
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _STATE: dict[str, Any] = {"build_dir": Path("_build")}  # set at config-inited
@@ -76,9 +89,18 @@ def _cell_source(message: str) -> str | None:
 
 
 def _failing_line(traceback: str) -> int | None:
-    """Line number inside the cell, from IPython's ``Cell In[n], line k``."""
-    match = re.search(r"Cell In\[\d+\], line (\d+)", _ANSI.sub("", traceback))
-    return int(match.group(1)) if match else None
+    """Line number inside the cell, from IPython's ``Cell In[n], line k``.
+
+    The innermost frame of this cell: its first frame is the cell's statement that
+    was running; later frames of the same ``In[n]`` are inside functions the cell
+    defined (an assert in one of them is the line to show). Frames of other cells
+    (``In[m]``, functions defined earlier) are not lines of this cell.
+    """
+    frames = re.findall(r"Cell In\[(\d+)\], line (\d+)", _ANSI.sub("", traceback))
+    if not frames:
+        return None
+    cell = frames[0][0]
+    return int([line for n, line in frames if n == cell][-1])
 
 
 def _exception_line(err: BaseException) -> str:
@@ -116,9 +138,13 @@ def describe_failure(path: Path, text: str, err: BaseException, env: Any) -> tup
             start = n + 1
             break
     bad = _failing_line(getattr(err, "traceback", "") or message)
+    if bad is not None and not 1 <= bad <= len(src_lines):
+        bad = None
     shown = list(range(1, min(len(src_lines), SHOWN_LINES) + 1))
-    if bad and bad > shown[-1]:
-        shown = shown[:2] + [0] + [k for k in (bad - 1, bad) if k > 2]
+    if bad and bad + 1 > shown[-1] and len(src_lines) > SHOWN_LINES:
+        # the cell's first line, "...", the failing line with CONTEXT_LINES before it, one after
+        first, last = bad - CONTEXT_LINES, min(len(src_lines), bad + 1)
+        shown = [1, 0, *range(first, last + 1)] if first > 3 else list(range(1, last + 1))
     out = [f"code cell {found + 1} (of {len(code)}) failed to execute:"]
     for k in shown:
         if k == 0:
@@ -335,8 +361,10 @@ def _kernel_environment(app: Sphinx, config: Any) -> None:
     profile = ipython / "profile_default"
     profile.mkdir(parents=True, exist_ok=True)
     kernel_config = profile / "ipython_kernel_config.py"
-    if not kernel_config.is_file() or kernel_config.read_text() != _KERNEL_CONFIG:
-        kernel_config.write_text(_KERNEL_CONFIG)
+    text = _KERNEL_CONFIG.format(name=assert_values.NAME,
+                                 path=str(Path(assert_values.__file__).resolve()))
+    if not kernel_config.is_file() or kernel_config.read_text() != text:
+        kernel_config.write_text(text)
     os.environ["IPYTHONDIR"] = str(ipython)  # inherited by every kernel
     if app.parallel > 1:
         for var in _THREAD_VARS:

@@ -48,11 +48,16 @@ def browser() -> Iterator[object]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Browser tests of one page go to one xdist worker (`--dist loadgroup`), so the
     read-only tests can share that worker's open copy of the page (open_page's pool).
-    A test served the built site (the ``site`` fixture) reads it: it is marked ``html``,
-    which `make test-fast` leaves out."""
+    A test served the built site (the ``site`` fixture) reads it: it is marked ``html``;
+    one given the PDF's text (test_pdf's ``pdf_text``) is marked ``pdf``. `make test-fast`
+    leaves both out. A test that reads either by itself carries the marker in its file;
+    CI runs `make test-fast` on a fresh clone first, so a missing one fails there."""
     for item in items:
-        if "site" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "site" in fixtures:
             item.add_marker(pytest.mark.html)
+        if "pdf_text" in fixtures:
+            item.add_marker(pytest.mark.pdf)
         rel = getattr(item, "callspec", None) and item.callspec.params.get("rel")
         if rel and item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.xdist_group(name=str(rel)))

@@ -128,6 +128,7 @@ def _notebook_streams(notebook: dict) -> list[str]:
     return shown
 
 
+@pytest.mark.html
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_published_stream_outputs_equal_the_pages(chapter: Path) -> None:
     require_built_site()

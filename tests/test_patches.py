@@ -148,6 +148,31 @@ def test_myst_nb_still_writes_the_notebook_before_merging_a_cache_hit() -> None:
         "myst-nb writes a different notebook now: check whether it holds the outputs")
 
 
+def test_ipykernel_still_replies_with_the_traceback_it_showed_last() -> None:
+    """assert_values wraps the kernel shell's _showtraceback: after ipykernel has sent the
+    error output (the cell's output, unchanged), it appends the failure's cell lines to
+    shell._last_traceback, which ipykernel copies into the execute reply and nbclient turns
+    into the CellExecutionError the build reports. That needs all three to stay so.
+    tests/test_build.py::test_a_failing_assert_deep_in_a_cell_shows_its_line_and_both_values
+    checks it end to end (under %xmode Minimal, as the chapters run)."""
+    from ipykernel import ipkernel, zmqshell
+    from nbclient import client
+
+    show = inspect.getsource(zmqshell.ZMQInteractiveShell._showtraceback)
+    assert "self._last_traceback = stb" in show, "ipykernel keeps the traceback elsewhere"
+    assert show.index('"error"') < show.index("self._last_traceback = stb"), (
+        "ipykernel sends the error output after keeping it: the cell output would change")
+    assert '"traceback": shell._last_traceback or []' in _source(ipkernel), (
+        "the execute reply's traceback no longer comes from shell._last_traceback")
+    check = inspect.getsource(client.NotebookClient._check_raise_for_error)
+    assert "CellExecutionError.from_cell_and_msg(cell, exec_reply_content)" in check, (
+        "nbclient builds its error from something other than the execute reply")
+    from IPython.core.compilerop import CachingCompiler
+
+    assert "_filename_map" in inspect.getsource(CachingCompiler), (
+        "IPython maps cell file names to In[n] differently: assert_values.cell_lines")
+
+
 # --- conf.py --------------------------------------------------------------------------
 
 def test_sphinx_still_writes_type_alias_forward_refs_by_their_repr() -> None:
@@ -181,6 +206,7 @@ def test_webpack_macros_copy_differs_from_the_theme_only_by_fontawesome() -> Non
     assert len(dropped) == 1 and "fontawesome.js" in dropped[0], dropped
 
 
+@pytest.mark.html
 def test_pages_have_one_pair_of_sidebar_buttons() -> None:
     """With no navbar_* items the theme renders an empty top bar, so the article header's
     buttons are the only .primary-toggle and .secondary-toggle, and the themes, which bind
@@ -201,6 +227,7 @@ def _source_js(package: Path, name: str) -> str:
     return next(package.rglob(f"assets/scripts/{name}")).read_text(encoding="utf-8")
 
 
+@pytest.mark.html
 def test_the_mislabelled_controls_a11y_js_fixes_are_still_mislabelled() -> None:
     """a11y.js drops three attributes axe reports (the axe sweeps of make test-slow check
     the pages). Each is still in what the libraries write."""

@@ -205,6 +205,7 @@ def _pages() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
 def test_pdf_has_every_character_it_prints(pdf_text: str) -> None:
     """XeLaTeX logs a glyph its font lacks and prints nothing (an empty box) in its place:
     DejaVu Sans Mono has no ℓ, the online softmax's running sum in code and outputs."""
@@ -216,6 +217,7 @@ def test_pdf_has_every_character_it_prints(pdf_text: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
 def test_pdf_references_are_one_list_labelled_as_the_text_cites(pdf_text: str) -> None:
     """One chapter "References" holds the list (no "Bibliography", no References page
     that holds only its title), and its entries carry the author-year the text cites."""
@@ -228,6 +230,7 @@ def test_pdf_references_are_one_list_labelled_as_the_text_cites(pdf_text: str) -
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
 def test_pdf_figure_numbers_carry_their_chapter(pdf_text: str) -> None:
     """Fig. 2.3 in chapter 2, Fig. D.1 in appendix D: never a bare 3 that restarts in each
     chapter, never appendix D's figure numbered 4.1."""
@@ -246,6 +249,7 @@ SCREEN_PHRASES = ("Move the dial yourself", "when their boxes are ticked",
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
 def test_pdf_describes_the_static_figures_not_the_sliders(pdf_text: str) -> None:
     left = [p for p in SCREEN_PHRASES if p in pdf_text]
     assert left == [], f"the PDF asks the reader to {left}"
@@ -253,6 +257,7 @@ def test_pdf_describes_the_static_figures_not_the_sliders(pdf_text: str) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.pdf
 def test_pdf_has_no_blank_or_near_blank_pages() -> None:
     """A page holds more than its running head and foot: no blank page before a chapter,
     no References title alone on a page, no three lines of code on an otherwise empty
