@@ -86,8 +86,9 @@ $(BUILD)/.html-built: $(STAMP) $(NODE_STAMP) $(BOOK_INPUTS) $(GIT_INDEX)
 	@touch $@ $(BUILD)/.html-fresh
 
 # The hosted site: the PDF first (so a failed PDF leaves the pages as they were), then the
-# pages with -t book_pdf (the front page and every download menu link the PDF), then the
-# PDF into the site. The pages' stamp is touched too: `make html` (and so `make test`)
+# package's wheel named by the commit (_ext/site_wheel.py: the published notebooks install
+# exactly it, from the site), then the pages with -t book_pdf (the front page and every
+# download menu link the PDF) and the wheel in them, then the PDF into the site. The pages' stamp is touched too: `make html` (and so `make test`)
 # after `make site` keeps these pages, which link a PDF that is there. The sitemap,
 # OpenGraph tags and canonical links take the site's address from conf.py (or the
 # hosted build's environment, see _ext/hosting.py).
@@ -97,7 +98,9 @@ site: $(BUILD)/.site-built
 $(BUILD)/.site-built: $(STAMP) $(NODE_STAMP) $(BOOK_INPUTS) $(GIT_INDEX)
 	@rm -f $(BUILD)/.html-built $@
 	$(MAKE) --no-print-directory pdf
-	$(VENV)/bin/sphinx-build $(SPHINXOPTS) -t book_pdf -b html . $(BUILD)/html
+	$(PY) _ext/site_wheel.py $(BUILD)/wheel
+	BOOK_WHEEL="$$(ls $(BUILD)/wheel/selfattn-*.whl)" \
+	  $(VENV)/bin/sphinx-build $(SPHINXOPTS) -t book_pdf -b html . $(BUILD)/html
 	cp $(BUILD)/pdf/$(PDF_NAME) $(BUILD)/html/$(PDF_NAME)
 	@touch $(BUILD)/.html-built $@
 

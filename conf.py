@@ -6,6 +6,7 @@ typesets math at build time with KaTeX served from the build itself, so the
 site works offline and no page waits for a math script.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -37,6 +38,7 @@ extensions = [
     "launch_notebooks",  # Colab/Binder/download point at executed .ipynb files
     "sphinx_last_updated_by_git",  # "last updated" from each page's git history
     "notfound.extension",  # a 404 page with absolute links
+    "absolute_404",  # ... its links in the text too (sphinx-notfound-page leaves them)
     "sphinx.ext.githubpages",  # .nojekyll, so GitHub Pages serves _static
 ]
 
@@ -60,8 +62,10 @@ html_js_files = [("scroll-hints.js", {"defer": "defer"}),  # fade the cut-off ed
                  ("print-light.js", {"defer": "defer"})]  # dark mode prints dark on white
 
 # --- search ---------------------------------------------------------------
-# A section titled with the query ranks above the glossary and API entries that name it.
+# The chapter and section that teach a term rank above the glossary, the API reference and
+# pages that only mention it; excerpts are the article's prose (_ext/search_scorer.js).
 html_search_scorer = "_ext/search_scorer.js"
+extensions.append("search_teaching")  # where each glossary term is taught, for the search
 
 # --- strictness -----------------------------------------------------------
 nitpicky = True
@@ -156,7 +160,14 @@ html_theme_options = {
 launch_notebook_branch = "gh-pages"  # the Pages workflow publishes _build/html there
 launch_binder_env_ref = "binder-env"  # _extra/binder only; the workflow keeps its commit stable
 publish_site_url = HOSTING.site_url
-launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"
+launch_install_spec = f"selfattn @ git+{REPOSITORY}@main"  # Binder's image
+# `make site` builds the package's wheel, named by the commit (0.1.0+g<sha>), and serves it
+# at the site's root: each published notebook installs exactly the package its outputs
+# came from, from the site it came from (_ext/site_wheel.py).
+_site_wheel = os.environ.get("BOOK_WHEEL")
+if _site_wheel:
+    html_extra_path.append(str(Path(_site_wheel).resolve().parent))
+    launch_notebook_install_spec = f"selfattn @ {HOSTING.site_url}{Path(_site_wheel).name}"
 
 # The 404 page links with absolute URLs: the site lives under /<repo>/ on GitHub Pages
 # and under /en/latest/ on Read the Docs.
@@ -165,10 +176,13 @@ notfound_urls_prefix = HOSTING.site_path
 # --- search engines and shared links --------------------------------------
 # Every page names its address (<link rel="canonical">), sitemap.xml lists every page
 # with its last commit's date, and OpenGraph/Twitter tags give a shared link a title, a
-# description (the page's first paragraph) and a preview image drawn by
+# description (the page's front matter's, _ext/share_descriptions.py) and a preview image drawn by
 # images/make_diagrams.py. No tag names another host than the site's own.
 html_baseurl = HOSTING.site_url
-extensions += ["sphinx_sitemap", "sitemap_every_page", "sphinxext.opengraph"]
+# The description is each page's own (front matter ``description:``, plain text): the
+# first paragraph, sphinxext-opengraph's default, held raw LaTeX on seven pages.
+extensions += ["sphinx_sitemap", "sitemap_every_page", "sphinxext.opengraph",
+               "share_descriptions"]
 sitemap_url_scheme = "{link}"  # not the default {lang}{version}{link}: no /en/ folder here
 sitemap_show_lastmod = True
 sitemap_excludes = ["search.html", "genindex.html", "py-modindex.html", "404.html"]

@@ -22,7 +22,8 @@ Configuration (in ``conf.py``)::
 
     launch_notebook_branch = "gh-pages"
     launch_binder_env_ref = "binder-env"
-    launch_install_spec = "selfattn @ git+https://github.com/ORG/REPO@main"
+    launch_install_spec = "selfattn @ git+https://github.com/ORG/REPO@main"  # Binder's image
+    launch_notebook_install_spec = "selfattn @ https://ORG.github.io/REPO/selfattn-...whl"
     publish_site_url = "https://ORG.github.io/REPO/"
 """
 
@@ -218,7 +219,8 @@ def publish_page(app: Sphinx, pagename: str, out: Path) -> None:
     values = json.loads(glue_file.read_text(encoding="utf-8")) if glue_file.is_file() else {}
     _, bibliography = shared_bibliography(app)
     published = publish(
-        notebook, values, install_spec=app.config.launch_install_spec,
+        notebook, values,
+        install_spec=app.config.launch_notebook_install_spec or app.config.launch_install_spec,
         resolver=make_resolver(app, pagename), bibliography=bibliography,
         title=app.env.titles[pagename].astext(),
         page_url=_site_url(app, pagename),
@@ -308,6 +310,9 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value("launch_notebook_branch", "gh-pages", "html")
     app.add_config_value("launch_binder_env_ref", "binder-env", "html")
     app.add_config_value("launch_install_spec", "selfattn", "html")
+    # what a published notebook's first cell installs: `make site` sets the wheel it built
+    # (conf.py); empty: launch_install_spec, as Binder's image does
+    app.add_config_value("launch_notebook_install_spec", "", "html")
     app.add_config_value("publish_site_url", "", "html")
     app.add_config_value("publish_references_doc", "references", "html")
     app.add_config_value("book_pdf_name", "self-attention-verified.pdf", "html")

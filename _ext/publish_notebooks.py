@@ -299,8 +299,18 @@ def _is_glue_stmt(node: ast.stmt) -> bool:
         func = node.value.func
         name = func.id if isinstance(func, ast.Name) else (
             func.attr if isinstance(func, ast.Attribute) else "")
-        return name == "glue"
+        return name == "glue" or _is_xmode(node.value)
     return False
+
+
+def _is_xmode(call: ast.Call) -> bool:
+    """``get_ipython().run_line_magic("xmode", ...)``: the pages' short tracebacks. A
+    reader who runs the notebook and meets an error gets the whole traceback, with the
+    line numbers that the build's one-line messages leave out."""
+    func = call.func
+    return (isinstance(func, ast.Attribute) and func.attr == "run_line_magic"
+            and bool(call.args) and isinstance(call.args[0], ast.Constant)
+            and call.args[0].value == "xmode")
 
 
 def _removable(node: ast.stmt) -> bool:
@@ -331,14 +341,15 @@ def _glue_ranges(body: Iterable[ast.stmt]) -> list[tuple[int, int]]:
 
 
 def strip_glue(source: str) -> str:
-    """``source`` without ``glue(...)`` calls and ``myst_nb`` imports (any layout)."""
-    if "glue" not in source and "myst_nb" not in source:
+    """``source`` without ``glue(...)`` calls, ``myst_nb`` imports and the build's
+    ``xmode`` setting (any layout)."""
+    if "glue" not in source and "myst_nb" not in source and "xmode" not in source:
         return source
     try:
         tree = ast.parse(source)
     except SyntaxError:  # IPython magics: fall back to whole-line removal
-        return "\n".join(ln for ln in source.split("\n")
-                         if not re.match(r"^\s*(glue\(|from myst_nb|import myst_nb)", ln))
+        return "\n".join(ln for ln in source.split("\n") if not re.match(
+            r"^\s*(glue\(|from myst_nb|import myst_nb|%xmode\b)", ln))
     drop: set[int] = set()
     for start, end in _glue_ranges(tree.body):
         drop.update(range(start, end + 1))

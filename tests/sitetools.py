@@ -110,8 +110,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
     GZIP_TYPES = (".html", ".js", ".css", ".json", ".svg", ".txt", ".ipynb", ".inv")
 
-    def __init__(self, *args: object, prefix: str = "/", **kwargs: object) -> None:
+    def __init__(self, *args: object, prefix: str = "/", not_found_page: bool = False,
+                 **kwargs: object) -> None:
         self.prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+        self.not_found_page = not_found_page
         super().__init__(*args, **kwargs)
 
     def translate_path(self, path: str) -> str:
@@ -129,6 +131,15 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
     def send_head(self):  # noqa: ANN201
         path = Path(self.translate_path(self.path))
+        page_404 = Path(self.directory) / "404.html"
+        if self.not_found_page and not path.exists() and page_404.is_file():
+            # as GitHub Pages answers a missing address: its 404.html, at that address
+            body = page_404.read_bytes()
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return io.BytesIO(body)
         wants_gzip = "gzip" in self.headers.get("Accept-Encoding", "")
         if not (wants_gzip and path.is_file() and path.suffix in self.GZIP_TYPES):
             return super().send_head()
@@ -151,14 +162,17 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 @contextmanager
-def serve(directory: Path, prefix: str = "/") -> Iterator[str]:
+def serve(directory: Path, prefix: str = "/", not_found_page: bool = False) -> Iterator[str]:
     """Serve ``directory`` on 127.0.0.1 (a free port) under ``prefix`` and yield the base URL
     (without a trailing slash), as GitHub Pages serves a project site under /<repo>/.
 
-    Paths outside ``prefix`` are 404. Nothing is written to disk, and the socket is
-    closed when the block ends, also when it ends with an exception.
+    Paths outside ``prefix`` are 404. With ``not_found_page``, a missing file is answered
+    as GitHub Pages answers it: status 404 with the site's 404.html. Nothing is written
+    to disk, and the socket is closed when the block ends, also when it ends with an
+    exception.
     """
-    handler = functools.partial(_QuietHandler, directory=str(directory), prefix=prefix)
+    handler = functools.partial(_QuietHandler, directory=str(directory), prefix=prefix,
+                                not_found_page=not_found_page)
     server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import html as html_module
 import json
 import os
 import re
@@ -337,6 +338,30 @@ def test_every_page_has_its_canonical_url_and_a_shared_link_preview() -> None:
         assert len(description) > 40, (rel, description)
         assert not re.search(r"\{(glue|term|cite|ref|doc)|:::|\$\$", description), (
             rel, description)
+
+
+@pytest.mark.build  # reads the built site (make test builds it; test-fast does not)
+def test_shared_link_descriptions_are_plain_text_and_each_pages_own() -> None:
+    """A link preview shows the description as it is: no TeX ($, backslashes, braces:
+    seven pages' first paragraphs showed raw formulas), the same text for search engines
+    (<meta name="description">) and for previews (og:description), and no two pages alike
+    (sliding-windows and kv-memory opened, and so were described, alike)."""
+    require_built_site()
+    seen: dict[str, str] = {}
+    for page in built_pages():
+        rel = page.relative_to(HTML).as_posix()
+        if rel == "404.html":
+            continue
+        meta = _meta(page.read_text(encoding="utf-8"))
+        og, plain = ([html_module.unescape(v) for v in meta.get(k, [])]
+                     for k in ("og:description", "description"))
+        assert len(og) == 1 and plain == og, f"{rel}: og {og}, description {plain}"
+        text = og[0]
+        assert not re.search(r"[$\\{}]", text), f"{rel}: TeX in its description: {text!r}"
+        assert len(text) >= 80 and not text.endswith("..."), f"{rel}: {text!r}"
+        assert text not in seen, f"{rel} and {seen.get(text)} share the description {text!r}"
+        seen[text] = rel
+    assert len(seen) >= len(CHAPTERS) + 5, sorted(seen.values())
 
 
 @pytest.mark.build  # reads the built site (make test builds it; test-fast does not)

@@ -206,3 +206,26 @@ def test_404_page(browser: object, site: str) -> None:
         assert css_ok, "404 page lost its styles"
     finally:
         context.close()
+
+
+def test_404_page_leads_home_from_a_nested_missing_address(browser: object) -> None:
+    """GitHub Pages answers any missing address with 404.html, at that address: from
+    /<site>/chapters/gone/page.html a relative "index.html" was another 404. The page's
+    link to the contents page leads to the site's front page from anywhere."""
+    from sitetools import HTML, PREFIX, require_built_site, serve
+
+    require_built_site()
+    with serve(HTML, PREFIX, not_found_page=True) as base:
+        context = browser.new_context()
+        page = context.new_page()
+        try:
+            response = page.goto(f"{base}/chapters/gone/missing.html")
+            assert response is not None and response.status == 404
+            assert "Page not found" in page.locator("h1").first.inner_text()
+            link = page.get_by_role("link", name="contents page")
+            with page.expect_navigation():
+                link.click()
+            assert page.url == f"{base}/index.html", page.url
+            assert page.title().startswith("Self-Attention, Verified"), page.title()
+        finally:
+            context.close()
